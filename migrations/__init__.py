@@ -1,0 +1,1 @@
+"""Alembic environment of quartzlite; shipped in the wheel as quartzlite._migrations."""

@@ -1,0 +1,3 @@
+from quartzlite.cli import main
+
+main()

@@ -1,0 +1,491 @@
+"""The ``quartzlite`` command: a thin click layer over the client, the node and the API.
+
+Exit codes: 0 ok; 2 usage or validation error; 1 any other failure. Errors are one
+line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from quartzlite import codec
+from quartzlite.client import SchedulerClient
+from quartzlite.config import NodeConfig, database_url_from_env
+from quartzlite.errors import QuartzliteError, ValidationError
+from quartzlite.models import Job, Run
+
+log = logging.getLogger("quartzlite.cli")
+
+
+class UserError(click.ClickException):
+    """A ClickException with our exit codes (2 for validation, 1 otherwise)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Group(click.Group):
+    """Maps quartzlite's exceptions to one-line messages and exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ValidationError as error:
+            raise UserError(error.message, 2) from None
+        except QuartzliteError as error:
+            raise UserError(error.message, 1) from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except Exception as error:
+            log.debug("unexpected error", exc_info=True)
+            raise UserError(f"unexpected error: {type(error).__name__}: {error}", 1) from None
+
+
+def _out(ctx: click.Context) -> Callable[..., None]:
+    return click.echo
+
+
+def _client(ctx: click.Context) -> SchedulerClient:
+    obj = ctx.find_root().obj
+    if obj.get("client") is None:
+        obj["client"] = SchedulerClient(obj["database_url"])
+        ctx.find_root().call_on_close(obj["client"].close)
+    client: SchedulerClient = obj["client"]
+    return client
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str("" if v is None else v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, value in enumerate(row):
+            widths[i] = max(widths[i], len(value))
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in cells:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--database-url",
+    envvar="QUARTZLITE_DATABASE_URL",
+    default=None,
+    metavar="URL",
+    help="mysql+pymysql://user:password@host:port/database "
+    "(env QUARTZLITE_DATABASE_URL; default: the local server, database quartzlite).",
+)
+@click.option(
+    "--log-level",
+    envvar="QUARTZLITE_LOG_LEVEL",
+    default="INFO",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    show_default=True,
+)
+@click.version_option(package_name="quartzlite")
+@click.pass_context
+def main(ctx: click.Context, database_url: str | None, log_level: str) -> None:
+    """quartzlite: a clustered, Quartz-style job scheduler on MySQL."""
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
+    ctx.ensure_object(dict)
+    ctx.obj["database_url"] = database_url or database_url_from_env()
+
+
+# -- db ------------------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Create and upgrade the schema (alembic)."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+@click.pass_context
+def db_upgrade(ctx: click.Context, revision: str) -> None:
+    """Create the database if needed and upgrade the schema."""
+    from quartzlite.storage import migrate
+
+    url = ctx.find_root().obj["database_url"]
+    migrate.upgrade(url, revision)
+    click.echo(f"schema at {revision if revision != 'head' else migrate.head_revision()}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+@click.pass_context
+def db_downgrade(ctx: click.Context, revision: str) -> None:
+    """Downgrade the schema to REVISION (``base`` drops every table)."""
+    from quartzlite.storage import migrate
+
+    migrate.downgrade(ctx.find_root().obj["database_url"], revision)
+    click.echo(f"schema at {revision}")
+
+
+@db.command("current")
+@click.pass_context
+def db_current(ctx: click.Context) -> None:
+    """Show the schema revision of the database and the package's head."""
+    from quartzlite.storage import migrate
+
+    current = migrate.current_revision(_client(ctx).db)
+    head = migrate.head_revision()
+    state = "at head" if current == head else "NOT at head: run `quartzlite db upgrade`"
+    click.echo(f"{current or 'none'} ({state}; head is {head})")
+
+
+# -- jobs ----------------------------------------------------------------------------
+
+
+def _spec_options(*, partial: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The job-definition options shared by ``job add``, ``job put`` and ``job update``."""
+    opts = [
+        click.option("--schedule", "-s", required=False, help="cron, Quartz cron, @every 90s, @at ISO"),
+        click.option("--timezone", "-z", help="IANA timezone of the schedule (default UTC)"),
+        click.option("--command", "-c", help="shell command, run with bash -c"),
+        click.option("--callable", "callable_", metavar="MODULE:FUNC", help="Python callable"),
+        click.option("--kwargs", metavar="JSON", help="JSON object of keyword arguments"),
+        click.option("--timeout", "timeout_s", type=float, help="seconds before the run is killed"),
+        click.option("--max-attempts", type=int, help="attempts per slot, retries included"),
+        click.option("--retry-backoff", "retry_backoff_s", type=float, help="first retry delay, s"),
+        click.option("--retry-max-backoff", "retry_max_backoff_s", type=float, help="cap, s"),
+        click.option("--misfire-policy", type=click.Choice(["fire_once", "skip"])),
+        click.option("--misfire-grace", "misfire_grace_s", type=float, help="lateness allowed, s"),
+        click.option("--recovery-policy", type=click.Choice(["rerun", "skip"])),
+        click.option("--priority", type=int),
+        click.option("--tag", "tags", multiple=True, help="node tag required (repeatable)"),
+        click.option("--description"),
+        click.option("--paused/--active", default=None, help="create paused / resume"),
+        click.option("--json", "as_json", is_flag=True, help="print JSON"),
+    ]
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+
+    return wrap
+
+
+def _spec_data(name: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any] = {} if name is None else {"name": name}
+    for key, value in options.items():
+        if key == "as_json" or value is None or (key == "tags" and not value):
+            continue
+        if key == "callable_":
+            key = "callable"
+        if key == "kwargs":
+            try:
+                value = json.loads(value)
+            except ValueError as error:
+                raise ValidationError("kwargs", f"is not valid JSON: {error}") from None
+        if key == "tags":
+            value = list(value)
+        data[key] = value
+    return data
+
+
+def _print_job(job: Job, as_json: bool, message: str) -> None:
+    if as_json:
+        _echo_json(codec.job_to_dict(job))
+    else:
+        click.echo(f"{message}: {job.name} (state {job.state.value}, "
+                   f"{'paused, ' if job.spec.paused else ''}next fire {_when(job.next_fire_at)})")
+
+
+@main.group()
+def job() -> None:
+    """Add, change, inspect and control jobs."""
+
+
+@job.command("add")
+@click.argument("name")
+@_spec_options(partial=False)
+@click.pass_context
+def job_add(ctx: click.Context, name: str, **options: Any) -> None:
+    """Create job NAME (fails when the name exists)."""
+    created = _client(ctx).add_job(_spec_data(name, options))
+    _print_job(created, options["as_json"], "added")
+
+
+@job.command("put")
+@click.argument("name")
+@_spec_options(partial=False)
+@click.pass_context
+def job_put(ctx: click.Context, name: str, **options: Any) -> None:
+    """Create or replace job NAME; publishing the same definition again changes nothing."""
+    stored, changed = _client(ctx).put_job(_spec_data(name, options))
+    _print_job(stored, options["as_json"], "changed" if changed else "unchanged")
+
+
+@job.command("update")
+@click.argument("name")
+@_spec_options(partial=True)
+@click.pass_context
+def job_update(ctx: click.Context, name: str, **options: Any) -> None:
+    """Change some fields of job NAME."""
+    changes = _spec_data(None, options)
+    if not changes:
+        raise ValidationError("options", "give at least one field to change")
+    _print_job(_client(ctx).update_job(name, changes), options["as_json"], "updated")
+
+
+@job.command("import")
+@click.argument("file", type=click.File("r"))
+@click.pass_context
+def job_import(ctx: click.Context, file: Any) -> None:
+    """Create many jobs at once from a JSON list of job objects (FILE, or - for stdin)."""
+    try:
+        items = json.load(file)
+    except ValueError as error:
+        raise ValidationError("file", f"is not valid JSON: {error}") from None
+    if not isinstance(items, list):
+        raise ValidationError("file", "must hold a JSON list of job objects")
+    count = _client(ctx).add_jobs(items)
+    click.echo(f"added {count} jobs")
+
+
+@job.command("list")
+@click.option("--state", type=click.Choice(["idle", "prepared", "executing"]))
+@click.option("--paused/--active", default=None)
+@click.option("--tag")
+@click.option("--prefix", "name_prefix")
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--cursor")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def job_list(ctx: click.Context, as_json: bool, **filters: Any) -> None:
+    """List jobs, by name."""
+    page = _client(ctx).list_jobs(**filters)
+    if as_json:
+        _echo_json(
+            {"jobs": [codec.job_to_dict(j) for j in page.items], "next_cursor": page.next_cursor}
+        )
+        return
+    click.echo(
+        _table(
+            ["name", "schedule", "tz", "state", "paused", "next fire", "owner"],
+            [
+                [j.name, j.spec.schedule, j.spec.timezone, j.state.value,
+                 "yes" if j.spec.paused else "no", _when(j.next_fire_at), j.owner_session or "-"]
+                for j in page.items
+            ],
+        )
+    )
+    if page.next_cursor:
+        click.echo(f"(more: --cursor {page.next_cursor})")
+
+
+@job.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def job_show(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show a job's definition, state, next fire times and last run."""
+    view = _client(ctx).describe_job(name)
+    data = codec.job_to_dict(view.job)
+    data["upcoming"] = [codec.iso(t) for t in view.upcoming]
+    data["last_run"] = None if view.last_run is None else codec.run_to_dict(view.last_run, output=False)
+    if as_json:
+        _echo_json(data)
+        return
+    for key, value in data.items():
+        if key in ("upcoming", "last_run"):
+            continue
+        click.echo(f"{key:>20}: {'-' if value is None else value}")
+    click.echo(f"{'upcoming':>20}: " + (", ".join(_when(t) for t in view.upcoming) or "-"))
+    run = view.last_run
+    click.echo(f"{'last run':>20}: " + ("-" if run is None else
+               f"#{run.id} {run.status.value} planned {_when(run.planned_at)}"))
+
+
+def _control(verb: str, method: str, message: str) -> None:
+    @job.command(verb)
+    @click.argument("name")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_context
+    def command(ctx: click.Context, name: str, as_json: bool) -> None:
+        _print_job(getattr(_client(ctx), method)(name), as_json, message)
+
+    command.__doc__ = f"{verb.capitalize()} job NAME."
+
+
+_control("pause", "pause_job", "paused")
+_control("resume", "resume_job", "resumed")
+_control("delete", "delete_job", "deleted (history kept)")
+_control("trigger", "trigger_job", "triggered")
+_control("kill", "kill_job", "kill requested")
+
+
+def _print_runs(runs: Sequence[Run], next_cursor: str | None, as_json: bool) -> None:
+    if as_json:
+        _echo_json({"runs": [codec.run_to_dict(r) for r in runs], "next_cursor": next_cursor})
+        return
+    click.echo(
+        _table(
+            ["id", "job", "planned", "started", "ended", "try", "status", "exit", "node"],
+            [
+                [r.id, r.job_name, _when(r.planned_at), _when(r.started_at), _when(r.ended_at),
+                 r.attempt, r.status.value, "-" if r.exit_code is None else r.exit_code,
+                 r.node or "-"]
+                for r in runs
+            ],
+        )
+    )
+    if next_cursor:
+        click.echo(f"(more: --cursor {next_cursor})")
+
+
+@job.command("history")
+@click.argument("name")
+@click.option("--status")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--cursor")
+@click.option("--output", "show_output", is_flag=True, help="print each run's output tail")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def job_history(
+    ctx: click.Context, name: str, status: str | None, limit: int, cursor: str | None,
+    show_output: bool, as_json: bool,
+) -> None:
+    """Show the runs of job NAME, newest first."""
+    page = _client(ctx).list_runs(job=name, status=status, limit=limit, cursor=cursor)
+    _print_runs(page.items, page.next_cursor, as_json)
+    if show_output and not as_json:
+        for run in page.items:
+            click.echo(f"--- run #{run.id} output ---\n{run.output}" + (
+                f"\n--- error: {run.error}" if run.error else ""))
+
+
+# -- schedules -----------------------------------------------------------------------
+
+
+def _parse_instant(field: str, text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(field, f"is not an ISO-8601 instant: {text!r}") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+@main.group()
+def schedule() -> None:
+    """Work with schedule expressions."""
+
+
+@schedule.command("preview")
+@click.argument("expression")
+@click.option("--timezone", "-z", default="UTC", show_default=True)
+@click.option("--from", "start", help="ISO-8601 instant to start from (default now)")
+@click.option("--count", "-n", type=int, default=10, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def schedule_preview(
+    expression: str, timezone: str, start: str | None, count: int, as_json: bool
+) -> None:
+    """Print the next fire instants of EXPRESSION."""
+    begin = _parse_instant("from", start) if start else datetime.now(UTC)
+    times = SchedulerClient.preview(expression, timezone, start=begin, count=count)
+    if as_json:
+        _echo_json([t.isoformat() for t in times])
+    else:
+        for t in times:
+            click.echo(t.isoformat())
+
+
+# -- cluster -------------------------------------------------------------------------
+
+
+@main.command("cluster")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def cluster(ctx: click.Context, as_json: bool) -> None:
+    """Show the nodes: host, pid, last heartbeat, clock offset, running jobs."""
+    client = _client(ctx)
+    nodes = client.cluster()
+    if as_json:
+        _echo_json([codec.session_to_dict(s) for s in nodes])
+        return
+    now = client.now()
+    click.echo(
+        _table(
+            ["session", "host", "pid", "started", "heartbeat age", "offset ms", "capacity",
+             "tags", "running"],
+            [
+                [s.id, s.host, s.pid, _when(s.started_at),
+                 f"{(now - s.heartbeat_at).total_seconds():.1f}s", f"{s.clock_offset_ms:.1f}",
+                 s.capacity, ",".join(s.tags) or "-", ",".join(s.running_jobs) or "-"]
+                for s in nodes
+            ],
+        )
+    )
+
+
+# -- node ----------------------------------------------------------------------------
+
+
+def _node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per NodeConfig setting; each mirrors QUARTZLITE_<NAME>."""
+    for f in reversed(fields(NodeConfig)):
+        if f.name == "database_url":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        env = f"QUARTZLITE_{f.name.upper()}"
+        kind = str(f.type)
+        if kind == "bool":
+            fn = click.option(flag, f.name, is_flag=True, default=None, envvar=env)(fn)
+        elif kind.startswith("tuple"):
+            fn = click.option(
+                "--tag" if f.name == "tags" else flag, f.name, multiple=True, envvar=env,
+                help="node tag (repeatable; env: comma-separated)",
+            )(fn)
+        else:
+            type_ = {"float": float, "int": int}.get(kind, str)
+            fn = click.option(flag, f.name, type=type_, default=None, envvar=env,
+                              show_envvar=True)(fn)
+    return fn
+
+
+def node_config(ctx: click.Context, options: dict[str, Any]) -> NodeConfig:
+    values = {k: v for k, v in options.items() if v is not None and v != ()}
+    if "tags" in values:
+        tags: list[str] = []
+        for item in values["tags"]:
+            tags.extend(t.strip() for t in item.split(",") if t.strip())
+        values["tags"] = tuple(tags)
+    return NodeConfig.from_env(database_url=ctx.find_root().obj["database_url"], **values)
+
+
+@main.command("node")
+@_node_options
+@click.pass_context
+def node(ctx: click.Context, **options: Any) -> None:
+    """Run one scheduler node until SIGTERM/SIGINT (a second signal stops at once)."""
+    from quartzlite.node.runtime import run_node
+
+    sys.exit(run_node(node_config(ctx, options)))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

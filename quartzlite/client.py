@@ -1,0 +1,391 @@
+"""SchedulerClient: the management use cases shared by the library, the CLI and the
+HTTP API. It validates input into :class:`JobSpec` values (every error names the
+field and the reason), plans first fire times with :mod:`quartzlite.schedule`, and
+leaves SQL to :mod:`quartzlite.storage`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, TypeVar
+
+from quartzlite import schedule as schedules
+from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
+from quartzlite.errors import ValidationError
+from quartzlite.models import Job, JobSpec, Page, Run, Session
+from quartzlite.storage.engine import Database
+from quartzlite.storage.jobs import JobFilter, JobStore, RunFilter
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TAG_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
+CALLABLE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_BACKOFF_S = 24 * 3600.0
+MAX_ATTEMPTS = 100
+MAX_TAGS = 8
+MAX_COMMAND_BYTES = 65_535
+MAX_KWARGS_BYTES = 65_535
+MAX_PAGE = 1000
+
+E = TypeVar("E", MisfirePolicy, RecoveryPolicy)
+
+SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
+def _type_name(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _string(field: str, value: object, *, max_len: int, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, not {_type_name(value)}")
+    if not allow_empty and not value.strip():
+        raise ValidationError(field, "must not be empty")
+    if len(value) > max_len:
+        raise ValidationError(field, f"must be at most {max_len} characters, got {len(value)}")
+    return value
+
+
+def _number(field: str, value: object, *, low: float, high: float, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(field, f"must be a number, not {_type_name(value)}")
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise ValidationError(field, "must be a finite number")
+    if (number <= low if low_open else number < low) or number > high:
+        bound = f"greater than {low:g}" if low_open else f"at least {low:g}"
+        raise ValidationError(field, f"must be {bound} and at most {high:g}, got {number:g}")
+    return number
+
+
+def _integer(field: str, value: object, *, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValidationError(field, f"must be an integer, not {_type_name(value)}")
+    if not low <= value <= high:
+        raise ValidationError(field, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _choice(field: str, value: object, enum: type[E]) -> E:
+    allowed = ", ".join(e.value for e in enum)
+    if isinstance(value, enum):
+        return value
+    if not isinstance(value, str) or value not in {e.value for e in enum}:
+        raise ValidationError(field, f"must be one of {allowed}, got {value!r}")
+    return enum(value)
+
+
+def validate_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise ValidationError("name", f"must be a string, not {_type_name(name)}")
+    if not NAME_RE.match(name):
+        if not name:
+            raise ValidationError("name", "must not be empty")
+        if len(name) > 128:
+            raise ValidationError("name", f"must be at most 128 characters, got {len(name)}")
+        raise ValidationError(
+            "name",
+            "may contain only letters, digits, '.', '_' and '-', and must start with a "
+            f"letter or digit: {name!r}",
+        )
+    return name
+
+
+def validate_tags(field: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [t.strip() for t in value.split(",") if t.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ValidationError(field, f"must be a list of strings, not {_type_name(value)}")
+    tags: list[str] = []
+    for tag in value:
+        if not isinstance(tag, str) or not TAG_RE.match(tag):
+            raise ValidationError(
+                field,
+                f"tag {tag!r} must be 1-32 lower-case letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit",
+            )
+        tags.append(tag)
+    if len(set(tags)) > MAX_TAGS:
+        raise ValidationError(field, f"at most {MAX_TAGS} tags, got {len(set(tags))}")
+    return tuple(sorted(set(tags)))
+
+
+def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSpec:
+    """Validate user input into a JobSpec; with ``base``, ``data`` is a partial change.
+
+    Raises :class:`ValidationError` naming the first bad field.
+    """
+    if not isinstance(data, Mapping):
+        raise ValidationError("body", f"must be an object, not {_type_name(data)}")
+    unknown = sorted(set(data) - set(SPEC_FIELDS))
+    if unknown:
+        raise ValidationError(
+            unknown[0], f"unknown field (allowed: {', '.join(SPEC_FIELDS)})"
+        )
+    if base is not None and "name" in data and data["name"] != base.name:
+        raise ValidationError("name", "cannot be changed; create a new job instead")
+    merged: dict[str, Any] = {} if base is None else {f: getattr(base, f) for f in SPEC_FIELDS}
+    merged.update(data)
+    # On update, giving one kind of target replaces the other.
+    if base is not None and data.get("command") is not None and "callable" not in data:
+        merged["callable"] = None
+        merged["kwargs"] = data.get("kwargs", {})
+    if base is not None and data.get("callable") is not None and "command" not in data:
+        merged["command"] = None
+    for required in ("name", "schedule"):
+        if merged.get(required) is None:
+            raise ValidationError(required, "is required")
+
+    name = validate_name(merged["name"])
+    schedule_text = _string("schedule", merged["schedule"], max_len=255)
+    timezone = _string("timezone", merged.get("timezone", "UTC"), max_len=64)
+    parsed = schedules.parse_schedule(schedule_text, timezone)
+
+    command = merged.get("command")
+    target = merged.get("callable")
+    if command is not None and target is not None:
+        raise ValidationError("command", "give either command or callable, not both")
+    if command is None and target is None:
+        raise ValidationError("command", "give one of command (a shell command) or callable")
+    kwargs = merged.get("kwargs") or {}
+    if command is not None:
+        command = _string("command", command, max_len=MAX_COMMAND_BYTES)
+        if "\x00" in command:
+            raise ValidationError("command", "must not contain NUL characters")
+        if kwargs:
+            raise ValidationError("kwargs", "only a callable takes kwargs")
+    else:
+        target = _string("callable", target, max_len=255)
+        if not CALLABLE_RE.match(target):
+            raise ValidationError(
+                "callable", f"must look like package.module:function, got {target!r}"
+            )
+    if not isinstance(kwargs, dict):
+        raise ValidationError("kwargs", f"must be an object, not {_type_name(kwargs)}")
+    try:
+        encoded = json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValidationError("kwargs", f"must be JSON-serialisable: {error}") from None
+    if len(encoded.encode()) > MAX_KWARGS_BYTES:
+        raise ValidationError("kwargs", f"must encode to at most {MAX_KWARGS_BYTES} bytes")
+
+    timeout = merged.get("timeout_s")
+    if timeout is not None:
+        timeout = _number("timeout_s", timeout, low=0, high=MAX_TIMEOUT_S, low_open=True)
+    backoff = _number("retry_backoff_s", merged.get("retry_backoff_s", 1.0), low=0, high=MAX_BACKOFF_S)
+    max_backoff = _number(
+        "retry_max_backoff_s", merged.get("retry_max_backoff_s", 300.0), low=0, high=MAX_BACKOFF_S
+    )
+    if max_backoff < backoff:
+        raise ValidationError("retry_max_backoff_s", "must be at least retry_backoff_s")
+    paused = merged.get("paused", False)
+    if not isinstance(paused, bool):
+        raise ValidationError("paused", f"must be a boolean, not {_type_name(paused)}")
+    return JobSpec(
+        name=name,
+        schedule=parsed.expression,
+        timezone=parsed.timezone,
+        command=command,
+        callable=target,
+        kwargs=kwargs,
+        timeout_s=timeout,
+        max_attempts=_integer("max_attempts", merged.get("max_attempts", 1), low=1, high=MAX_ATTEMPTS),
+        retry_backoff_s=backoff,
+        retry_max_backoff_s=max_backoff,
+        misfire_policy=_choice(
+            "misfire_policy", merged.get("misfire_policy", MisfirePolicy.FIRE_ONCE), MisfirePolicy
+        ),
+        misfire_grace_s=_number("misfire_grace_s", merged.get("misfire_grace_s", 60.0), low=0, high=MAX_BACKOFF_S),
+        recovery_policy=_choice(
+            "recovery_policy", merged.get("recovery_policy", RecoveryPolicy.RERUN), RecoveryPolicy
+        ),
+        priority=_integer("priority", merged.get("priority", 0), low=-1000, high=1000),
+        tags=validate_tags("tags", merged.get("tags", ())),
+        description=_string("description", merged.get("description", ""), max_len=1024, allow_empty=True),
+        paused=paused,
+    )
+
+
+def first_fire(spec: JobSpec, now: datetime) -> datetime | None:
+    """The first instant a new (or rescheduled) job fires: its next slot after now."""
+    fire_at = schedules.parse_schedule(spec.schedule, spec.timezone).next_after(now)
+    if fire_at is None:
+        raise ValidationError("schedule", f"{spec.schedule!r} never fires after now ({now.isoformat()})")
+    return fire_at
+
+
+def _limit(limit: int) -> int:
+    return _integer("limit", limit, low=1, high=MAX_PAGE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobView:
+    """A job with what an operator wants next to it."""
+
+    job: Job
+    upcoming: list[datetime]
+    last_run: Run | None
+
+
+class SchedulerClient:
+    """Management API. Build it with a database URL (or a :class:`Database`)."""
+
+    def __init__(self, database: str | Database) -> None:
+        self.db = database if isinstance(database, Database) else Database(database)
+        self.store = JobStore(self.db)
+
+    def close(self) -> None:
+        self.db.dispose()
+
+    def __enter__(self) -> SchedulerClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- jobs --------------------------------------------------------------------
+
+    def add_job(self, data: Mapping[str, Any] | JobSpec) -> Job:
+        """Create a job; :class:`Conflict` when the name exists."""
+        return self.store.add(self._spec(data), first_fire)
+
+    def add_jobs(self, items: Sequence[Mapping[str, Any] | JobSpec]) -> int:
+        """Create many jobs in one transaction (the bulk path); all or nothing."""
+        specs = []
+        seen: set[str] = set()
+        for index, item in enumerate(items):
+            try:
+                spec = self._spec(item)
+            except ValidationError as error:
+                raise ValidationError(f"jobs[{index}].{error.field}", error.reason) from None
+            if spec.name in seen:
+                raise ValidationError(f"jobs[{index}].name", f"{spec.name!r} appears twice")
+            seen.add(spec.name)
+            specs.append(spec)
+        return self.store.add_many(specs, first_fire)
+
+    def put_job(self, data: Mapping[str, Any] | JobSpec) -> tuple[Job, bool]:
+        """Create or replace by name (idempotent). Returns (job, changed)."""
+        return self.store.upsert(self._spec(data), first_fire)
+
+    def update_job(self, name: str, changes: Mapping[str, Any]) -> Job:
+        """Change some fields of a job; the rest stay."""
+        validate_name(name)
+        job, _ = self.store.update(name, lambda spec: build_spec(changes, base=spec), first_fire)
+        return job
+
+    def get_job(self, name: str) -> Job:
+        return self.store.get(validate_name(name))
+
+    def describe_job(self, name: str, *, upcoming: int = 5) -> JobView:
+        job = self.get_job(name)
+        sched = schedules.parse_schedule(job.spec.schedule, job.spec.timezone)
+        times: list[datetime] = []
+        if job.next_fire_at is not None and not job.deleted:
+            times.append(job.next_fire_at)
+            times.extend(schedules.preview(sched, job.next_fire_at, upcoming - 1))
+        return JobView(job=job, upcoming=times[:upcoming], last_run=self.store.last_run(job.id))
+
+    def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        paused: bool | None = None,
+        tag: str | None = None,
+        name_prefix: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Job]:
+        if state is not None and state not in {s.value for s in JobState}:
+            raise ValidationError("state", f"must be one of {', '.join(s.value for s in JobState)}")
+        flt = JobFilter(
+            state=JobState(state) if state else None,
+            paused=paused,
+            tag=tag,
+            name_prefix=name_prefix,
+        )
+        return self.store.list(flt, limit=_limit(limit), cursor=cursor)
+
+    def pause_job(self, name: str) -> Job:
+        return self.store.set_paused(validate_name(name), True, first_fire)
+
+    def resume_job(self, name: str) -> Job:
+        return self.store.set_paused(validate_name(name), False, first_fire)
+
+    def delete_job(self, name: str) -> Job:
+        return self.store.delete(validate_name(name))
+
+    def trigger_job(self, name: str) -> Job:
+        """Run now; :class:`Conflict` while it runs or is paused."""
+        return self.store.trigger(validate_name(name))
+
+    def kill_job(self, name: str) -> Job:
+        """Ask the owning node to kill the running run; :class:`Conflict` if none runs."""
+        return self.store.request_kill(validate_name(name))
+
+    # -- runs, cluster, schedules ------------------------------------------------
+
+    def list_runs(
+        self,
+        *,
+        job: str | None = None,
+        status: str | None = None,
+        node: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        if status is not None and status not in {s.value for s in RunStatus}:
+            raise ValidationError(
+                "status", f"must be one of {', '.join(s.value for s in RunStatus)}"
+            )
+        for field, value in (("since", since), ("until", until)):
+            if value is not None and value.tzinfo is None:
+                raise ValidationError(field, "must include a UTC offset")
+        flt = RunFilter(
+            job=job, status=RunStatus(status) if status else None, node=node, since=since, until=until
+        )
+        return self.store.runs(flt, limit=_limit(limit), cursor=cursor)
+
+    def get_run(self, run_id: int) -> Run:
+        return self.store.get_run(run_id)
+
+    def cluster(self) -> list[Session]:
+        return self.store.sessions()
+
+    def now(self) -> datetime:
+        """The database's clock."""
+        return self.store.now()
+
+    @staticmethod
+    def preview(
+        expression: str, timezone: str = "UTC", *, start: datetime, count: int = 10
+    ) -> list[datetime]:
+        count = _integer("count", count, low=1, high=1000)
+        return schedules.preview(schedules.parse_schedule(expression, timezone), start, count)
+
+    @staticmethod
+    def _spec(data: Mapping[str, Any] | JobSpec) -> JobSpec:
+        if isinstance(data, JobSpec):
+            data = {f: getattr(data, f) for f in SPEC_FIELDS}
+        return build_spec(data)
+
+
+__all__ = ["JobView", "SchedulerClient", "build_spec", "first_fire"]

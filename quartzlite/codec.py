@@ -1,0 +1,95 @@
+"""Models as JSON-ready dicts: one shape for the CLI's --json and the HTTP API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from quartzlite.models import Job, JobSpec, Run, Session
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "schedule": spec.schedule,
+        "timezone": spec.timezone,
+        "command": spec.command,
+        "callable": spec.callable,
+        "kwargs": spec.kwargs,
+        "timeout_s": spec.timeout_s,
+        "max_attempts": spec.max_attempts,
+        "retry_backoff_s": spec.retry_backoff_s,
+        "retry_max_backoff_s": spec.retry_max_backoff_s,
+        "misfire_policy": spec.misfire_policy.value,
+        "misfire_grace_s": spec.misfire_grace_s,
+        "recovery_policy": spec.recovery_policy.value,
+        "priority": spec.priority,
+        "tags": list(spec.tags),
+        "description": spec.description,
+        "paused": spec.paused,
+    }
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    return {
+        **spec_to_dict(job.spec),
+        "id": job.id,
+        "state": job.state.value,
+        "deleted": job.deleted,
+        "next_fire_at": iso(job.next_fire_at),
+        "next_attempt": job.next_attempt,
+        "owner_session": job.owner_session,
+        "fire_id": job.fire_id,
+        "kill_requested": job.kill_requested,
+        "prepared_at": iso(job.prepared_at),
+        "started_at": iso(job.started_at),
+        "last_ended_at": iso(job.last_ended_at),
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
+    }
+
+
+def run_to_dict(run: Run, *, output: bool = True) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": run.id,
+        "job": run.job_name,
+        "job_id": run.job_id,
+        "fire_id": run.fire_id,
+        "planned_at": iso(run.planned_at),
+        "slot_at": iso(run.slot_at),
+        "attempt": run.attempt,
+        "started_at": iso(run.started_at),
+        "ended_at": iso(run.ended_at),
+        "lateness_ms": (
+            None
+            if run.started_at is None
+            else round((run.started_at - run.planned_at).total_seconds() * 1000, 3)
+        ),
+        "session_id": run.session_id,
+        "node": run.node,
+        "status": run.status.value,
+        "exit_code": run.exit_code,
+        "error": run.error,
+    }
+    if output:
+        data["output"] = run.output
+    return data
+
+
+def session_to_dict(session: Session) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "host": session.host,
+        "pid": session.pid,
+        "started_at": iso(session.started_at),
+        "heartbeat_at": iso(session.heartbeat_at),
+        "clock_offset_ms": session.clock_offset_ms,
+        "capacity": session.capacity,
+        "tags": list(session.tags),
+        "version": session.version,
+        "running_jobs": list(session.running_jobs),
+    }

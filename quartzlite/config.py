@@ -1,0 +1,145 @@
+"""Settings users tune. Each has its unit and default in its docstring.
+
+Every setting can come from the environment as ``QUARTZLITE_<NAME>`` (upper case);
+the CLI options mirror these names.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from quartzlite.errors import ValidationError
+
+DEFAULT_DATABASE_URL = "mysql+pymysql://root@127.0.0.1:3306/quartzlite"
+
+
+def database_url_from_env() -> str:
+    """``QUARTZLITE_DATABASE_URL``, else the local server's ``quartzlite`` database."""
+    return os.environ.get("QUARTZLITE_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """How one node behaves. Durations are seconds (``_s``)."""
+
+    database_url: str = field(default_factory=database_url_from_env)
+    #: Seconds between heartbeats of this node's session. Default 1.0.
+    heartbeat_interval_s: float = 1.0
+    #: Seconds without a successful heartbeat (monotonic clock) after which the node
+    #: fences itself: stops firing, kills its running jobs, drops its state. Default 5.0.
+    #: Must be at most ``session_timeout_s - 2 * heartbeat_interval_s``.
+    fence_after_s: float = 5.0
+    #: Seconds since a session's last heartbeat (database clock) after which peers
+    #: expire it and take its work over. Default 8.0.
+    session_timeout_s: float = 8.0
+    #: Seconds between scans for due jobs when nothing wakes the scanner. Default 1.0.
+    scan_interval_s: float = 1.0
+    #: How far ahead (seconds) the scanner prepares due jobs. Work prepared by a node
+    #: that dies is stranded until its session expires, so the window stays short:
+    #: just long enough that a job is prepared before it is due. Default 2.0.
+    look_ahead_s: float = 2.0
+    #: Seconds between compensation passes (jobs the DB says we own but memory does
+    #: not know). Default 5.0.
+    compensate_interval_s: float = 5.0
+    #: Seconds between checks for expired peer sessions. Default 1.0.
+    expiry_interval_s: float = 1.0
+    #: Most runs this node executes at once; also bounds what it prepares. Default 16.
+    capacity: int = 16
+    #: Tags of this node; a job with tags runs only on nodes having all of them.
+    tags: tuple[str, ...] = ()
+    #: Seconds running jobs get to finish after SIGTERM before they are killed. Default 30.
+    shutdown_grace_s: float = 30.0
+    #: Seconds between SIGTERM and SIGKILL when a run times out or is killed. Default 5.
+    kill_grace_s: float = 5.0
+    #: innodb_lock_wait_timeout (whole seconds) set on the node's connections. Default 3.
+    lock_wait_timeout_s: int = 3
+    #: Most runs completed in one result transaction. Default 200.
+    result_batch: int = 200
+    #: Most bytes of output kept per run (the tail). Default 65536.
+    output_limit_bytes: int = 65536
+    #: When fenced, wait for the database and join again under a new session
+    #: instead of exiting non-zero. Default False.
+    rejoin: bool = False
+    #: Seconds added to this host's clock, for testing clock skew. Default 0.
+    clock_skew_s: float = 0.0
+    #: Host name recorded in the session row. Default: this host's name.
+    host: str = field(default_factory=socket.gethostname)
+
+    def __post_init__(self) -> None:
+        positive = (
+            "heartbeat_interval_s",
+            "fence_after_s",
+            "session_timeout_s",
+            "scan_interval_s",
+            "compensate_interval_s",
+            "expiry_interval_s",
+            "kill_grace_s",
+        )
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValidationError(name, "must be greater than 0")
+        if self.look_ahead_s < 0:
+            raise ValidationError("look_ahead_s", "must not be negative")
+        if self.shutdown_grace_s < 0:
+            raise ValidationError("shutdown_grace_s", "must not be negative")
+        if not 1 <= self.capacity <= 10_000:
+            raise ValidationError("capacity", "must be between 1 and 10000")
+        if not 1 <= self.lock_wait_timeout_s <= 60:
+            raise ValidationError("lock_wait_timeout_s", "must be between 1 and 60")
+        if not 1 <= self.result_batch <= 10_000:
+            raise ValidationError("result_batch", "must be between 1 and 10000")
+        if not 1024 <= self.output_limit_bytes <= 16 * 1024 * 1024:
+            raise ValidationError("output_limit_bytes", "must be between 1024 and 16777216")
+        if self.heartbeat_interval_s * 2 > self.fence_after_s:
+            raise ValidationError(
+                "fence_after_s", "must be at least twice heartbeat_interval_s"
+            )
+        # A node must have killed its children before any peer may expire it: leave two
+        # heartbeats of margin for the kill and for the time the last heartbeat spent
+        # on the wire after the database stamped it.
+        if self.fence_after_s + 2 * self.heartbeat_interval_s > self.session_timeout_s:
+            raise ValidationError(
+                "session_timeout_s",
+                "must be at least fence_after_s + 2 * heartbeat_interval_s "
+                f"({self.fence_after_s + 2 * self.heartbeat_interval_s:g}s), so that a node "
+                "fences itself before its peers expire it",
+            )
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> NodeConfig:
+        """Defaults, then ``QUARTZLITE_*`` variables, then ``overrides`` (None = unset)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = os.environ.get(f"QUARTZLITE_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = _coerce(f.name, f.type, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> NodeConfig:
+        return replace(self, **changes)
+
+
+def _coerce(name: str, type_: Any, raw: str) -> Any:
+    kind = str(type_)
+    try:
+        if kind == "float":
+            return float(raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "bool":
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind.startswith("tuple"):
+            return tuple(t.strip() for t in raw.split(",") if t.strip())
+    except ValueError:
+        raise ValidationError(
+            f"QUARTZLITE_{name.upper()}", f"cannot read {raw!r} as {kind}"
+        ) from None
+    return raw

@@ -1,0 +1,266 @@
+"""Executors: run one attempt of a job and return exactly one :class:`Outcome`, on
+every path. They never touch the database.
+
+Shell commands run as ``bash -c`` in a new session (their own process group), so a
+timeout, a kill or a fence signals the whole tree: SIGTERM to the group, SIGKILL after
+the grace period. When the command ends, stragglers left in its group are killed too,
+so no child outlives its run.
+
+Python callables (``package.module:function``) run in a thread of their own with
+their JSON keyword arguments; :func:`current_run` tells them which run they are. A
+thread cannot be killed: on timeout or kill the run is recorded at once and the
+callable's :attr:`RunContext.cancelled` event is set, so a cooperative callable stops.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import logging
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from quartzlite.enums import RunStatus
+from quartzlite.models import Outcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """What a running job may know about itself."""
+
+    job: str
+    fire_id: str
+    run_id: int
+    planned_at: datetime
+    slot_at: datetime
+    attempt: int
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "quartzlite_run", default=None
+)
+
+
+def current_run() -> RunContext | None:
+    """The run a Python callable is executing for (None outside a run)."""
+    return _current.get()
+
+
+class RunHandle:
+    """Control of one running attempt: kill it (gracefully or at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kill = threading.Event()
+        self.reason: str | None = None
+        self.force = False
+        self.pgid: int | None = None
+
+    def kill(self, reason: str, *, force: bool = False) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            self.force = self.force or force
+            pgid = self.pgid
+        self._kill.set()
+        if force and pgid is not None:
+            _signal_group(pgid, signal.SIGKILL)
+
+    @property
+    def kill_requested(self) -> bool:
+        return self._kill.is_set()
+
+    def wait_kill(self, timeout: float) -> bool:
+        return self._kill.wait(timeout)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Tail:
+    """The last ``limit`` bytes of a stream."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: deque[bytes] = deque()
+        self.size = 0
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.size += len(data)
+        while self.size > self.limit and self.chunks:
+            first = self.chunks[0]
+            excess = self.size - self.limit
+            if len(first) <= excess:
+                self.chunks.popleft()
+                self.size -= len(first)
+                self.dropped += len(first)
+            else:
+                self.chunks[0] = first[excess:]
+                self.size -= excess
+                self.dropped += excess
+
+    def text(self) -> str:
+        body = b"".join(self.chunks).decode("utf-8", errors="replace")
+        if self.dropped:
+            return f"[... {self.dropped} earlier bytes dropped ...]\n{body}"
+        return body
+
+
+def run_shell(
+    command: str,
+    *,
+    env: Mapping[str, str],
+    timeout_s: float | None,
+    kill_grace_s: float,
+    output_limit: int,
+    handle: RunHandle,
+) -> Outcome:
+    tail = _Tail(output_limit)
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - running the user's command is the point
+            ["bash", "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **env},
+            close_fds=True,
+        )
+    except OSError as error:
+        return Outcome(status=RunStatus.FAILED, error=f"could not start bash: {error}")
+    with handle._lock:  # noqa: SLF001 - the handle and the runner share the group id
+        handle.pgid = proc.pid
+        force = handle.force
+    if force:
+        _signal_group(proc.pid, signal.SIGKILL)
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    started = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
+    terminated_at: float | None = None
+    why: RunStatus | None = None
+    reason: str | None = None
+    open_pipe = True
+    try:
+        while True:
+            if why is None and handle.kill_requested:
+                why, reason = RunStatus.KILLED, handle.reason
+            elif why is None and deadline is not None and time.monotonic() >= deadline:
+                why, reason = RunStatus.TIMED_OUT, f"timed out after {timeout_s:g}s"
+            if why is not None and terminated_at is None:
+                terminated_at = time.monotonic()
+                _signal_group(proc.pid, signal.SIGKILL if handle.force else signal.SIGTERM)
+            if terminated_at is not None and time.monotonic() - terminated_at >= kill_grace_s:
+                _signal_group(proc.pid, signal.SIGKILL)
+            if handle.force:
+                _signal_group(proc.pid, signal.SIGKILL)
+            if open_pipe:
+                ready, _, _ = select.select([fd], [], [], 0.05)
+                if ready:
+                    data = os.read(fd, 65536)
+                    if data:
+                        tail.add(data)
+                        continue
+                    open_pipe = False
+            if proc.poll() is not None:
+                break
+            if not open_pipe:
+                handle.wait_kill(0.05)
+        # bash is gone: kill what it left behind in its group, then drain the pipe.
+        _signal_group(proc.pid, signal.SIGKILL)
+        while open_pipe:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                break
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            tail.add(data)
+    finally:
+        proc.stdout.close()
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    code = proc.returncode
+    output = tail.text()
+    if why is not None:
+        return Outcome(status=why, exit_code=code, output=output, error=reason)
+    if code == 0:
+        return Outcome(status=RunStatus.SUCCEEDED, exit_code=0, output=output)
+    error = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, error=error)
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    module_name, _, attr_path = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{target} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def run_callable(
+    target: str,
+    kwargs: Mapping[str, Any],
+    *,
+    context: RunContext,
+    timeout_s: float | None,
+    output_limit: int,
+    handle: RunHandle,
+) -> Outcome:
+    box: dict[str, Outcome] = {}
+    done = threading.Event()
+
+    def body() -> None:
+        token = _current.set(context)
+        try:
+            value = resolve(target)(**kwargs)
+            text = "" if value is None else repr(value)
+            box["outcome"] = Outcome(status=RunStatus.SUCCEEDED, output=text[-output_limit:])
+        except BaseException as error:  # noqa: BLE001 - a job's error is a failed run
+            trace = traceback.format_exc()
+            box["outcome"] = Outcome(
+                status=RunStatus.FAILED,
+                output=trace[-output_limit:],
+                error=f"{type(error).__name__}: {error}"[:2000],
+            )
+        finally:
+            _current.reset(token)
+            done.set()
+
+    thread = threading.Thread(target=body, name=f"job-{context.job}", daemon=True)
+    thread.start()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not done.is_set():
+        if handle.kill_requested:
+            context.cancelled.set()
+            return Outcome(status=RunStatus.KILLED, error=handle.reason)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            context.cancelled.set()
+            return Outcome(status=RunStatus.TIMED_OUT, error=f"timed out after {timeout_s:g}s")
+        wait = 0.05 if left is None else min(0.05, left)
+        if done.wait(wait):
+            break
+    return box["outcome"]

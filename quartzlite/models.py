@@ -1,0 +1,185 @@
+"""Value objects. Frozen, keyword-only, no I/O; storage maps rows to and from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, Role, RunStatus, TargetKind
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What to run and when: the part of a job a user writes.
+
+    Exactly one of ``command`` (run with ``bash -c``) and ``callable``
+    (``package.module:function``, called with ``kwargs``) is set.
+    """
+
+    name: str
+    schedule: str
+    timezone: str = "UTC"
+    command: str | None = None
+    callable: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float | None = None
+    max_attempts: int = 1
+    retry_backoff_s: float = 1.0
+    retry_max_backoff_s: float = 300.0
+    misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    misfire_grace_s: float = 60.0
+    recovery_policy: RecoveryPolicy = RecoveryPolicy.RERUN
+    priority: int = 0
+    tags: tuple[str, ...] = ()
+    description: str = ""
+    paused: bool = False
+
+    @property
+    def target_kind(self) -> TargetKind:
+        return TargetKind.SHELL if self.command is not None else TargetKind.PYTHON
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A job as stored: its spec plus the runtime state of the go-crontab design."""
+
+    id: int
+    spec: JobSpec
+    state: JobState
+    deleted: bool
+    next_fire_at: datetime | None
+    next_slot_at: datetime | None
+    next_attempt: int
+    owner_session: str | None
+    fire_id: str | None
+    kill_requested: bool
+    prepared_at: datetime | None
+    started_at: datetime | None
+    last_ended_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """One planned execution of a job (one attempt of one slot)."""
+
+    id: int
+    job_id: int
+    job_name: str
+    fire_id: str | None
+    planned_at: datetime
+    slot_at: datetime
+    attempt: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    session_id: str | None
+    node: str | None
+    status: RunStatus
+    exit_code: int | None
+    output: str
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Session:
+    """A node's liveness row."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    clock_offset_ms: float
+    capacity: int
+    tags: tuple[str, ...]
+    version: str
+    running_jobs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Page(Generic[T]):
+    """One page of a listing; ``next_cursor`` is None on the last page."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Token:
+    name: str
+    role: Role
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    token_name: str
+    action: str
+    job_name: str | None
+    client_address: str | None
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reschedule:
+    """Where a job goes next: its next planned instant (None = never again), the
+    schedule slot that instant belongs to, the attempt number, and the slots to record
+    as ``missed`` on the way."""
+
+    fire_at: datetime | None
+    slot_at: datetime | None
+    attempt: int = 1
+    missed: tuple[datetime, ...] = ()
+    missed_more: int = 0
+    missed_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """A job this node prepared: it owns the job until it fires or hands it back."""
+
+    job_id: int
+    name: str
+    fire_id: str
+    fire_at: datetime
+    slot_at: datetime
+    attempt: int
+    spec: JobSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fired:
+    """A prepared job whose run row now exists with status running."""
+
+    prepared: Prepared
+    run_id: int
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What an executor produced for one run; exactly one per run."""
+
+    status: RunStatus
+    exit_code: int | None = None
+    output: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """An outcome with the run it belongs to, on its way to the results transaction."""
+
+    fired: Fired
+    outcome: Outcome
+    ended_at: datetime

@@ -1,0 +1,1 @@
+"""The node runtime: one scheduler process and its threads."""

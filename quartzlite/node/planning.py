@@ -1,0 +1,100 @@
+"""The node's scheduling decisions: misfire, next slot after a run, retries with
+backoff and jitter, recovery of abandoned runs. Pure: each takes ``now``."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+from quartzlite import schedule as schedules
+from quartzlite.enums import MisfirePolicy, RecoveryPolicy, RunStatus
+from quartzlite.models import Finished, JobSpec, Reschedule
+
+#: How many times a slot is rerun after its node died, beyond its retry attempts.
+RECOVERY_RERUNS = 2
+
+
+@lru_cache(maxsize=4096)
+def parsed(expression: str, timezone: str) -> schedules.Schedule:
+    return schedules.parse_schedule(expression, timezone)
+
+
+def backoff_s(spec: JobSpec, attempt: int, rng: random.Random) -> float:
+    """Delay before attempt ``attempt + 1``: exponential, capped, with equal jitter
+    (between half and all of the exponential value)."""
+    base = min(spec.retry_backoff_s * (2 ** (attempt - 1)), spec.retry_max_backoff_s)
+    return base * (0.5 + rng.random() / 2)
+
+
+class SchedulePlanner:
+    """Implements :class:`quartzlite.storage.node.Planner` with :mod:`quartzlite.schedule`."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+
+    def _next(self, spec: JobSpec, after: datetime, now: datetime, reason: str) -> Reschedule:
+        plan = schedules.plan_next(
+            parsed(spec.schedule, spec.timezone),
+            after=after,
+            now=now,
+            policy=spec.misfire_policy,
+            grace_s=spec.misfire_grace_s,
+        )
+        return Reschedule(
+            fire_at=plan.next_fire_at,
+            slot_at=plan.next_fire_at,
+            attempt=1,
+            missed=tuple(plan.missed),
+            missed_more=plan.missed_more,
+            missed_reason=f"{reason}; misfire policy {spec.misfire_policy.value}",
+        )
+
+    def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
+        """``slot_at`` was found later than the grace: it and any later misfired slots
+        are coalesced into one fire now (fire_once) or all skipped (skip)."""
+        reason = f"misfired: not fired within misfire_grace_s ({spec.misfire_grace_s:g}s)"
+        later = self._next(spec, slot_at, now, reason)
+        cutoff = now - timedelta(seconds=spec.misfire_grace_s)
+        later_misfired = later.fire_at is not None and later.fire_at <= cutoff
+        if spec.misfire_policy is MisfirePolicy.FIRE_ONCE:
+            if later_misfired:
+                return Reschedule(
+                    fire_at=later.fire_at, slot_at=later.slot_at,
+                    missed=(slot_at, *later.missed), missed_more=later.missed_more,
+                    missed_reason=later.missed_reason,
+                )
+            return Reschedule(fire_at=slot_at, slot_at=slot_at)
+        return Reschedule(
+            fire_at=later.fire_at, slot_at=later.slot_at,
+            missed=(slot_at, *later.missed), missed_more=later.missed_more,
+            missed_reason=later.missed_reason,
+        )
+
+    def after_run(self, spec: JobSpec, finished: Finished, now: datetime) -> Reschedule:
+        prepared = finished.fired.prepared
+        status = finished.outcome.status
+        if status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and prepared.attempt < spec.max_attempts:
+            delay = backoff_s(spec, prepared.attempt, self.rng)
+            return Reschedule(
+                fire_at=now + timedelta(seconds=delay),
+                slot_at=prepared.slot_at,
+                attempt=prepared.attempt + 1,
+            )
+        return self._next(spec, prepared.slot_at, now, "came due while the previous run ran")
+
+    def recover(
+        self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime
+    ) -> Reschedule:
+        if (
+            spec.recovery_policy is RecoveryPolicy.RERUN
+            and attempt < spec.max_attempts + RECOVERY_RERUNS
+        ):
+            return Reschedule(fire_at=now, slot_at=slot_at, attempt=attempt + 1)
+        return self._next(spec, slot_at, now, "came due while its node was lost")
+
+    def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
+        return self._next(spec, slot_at, now, "came due while a duplicate was refused")
+
+
+__all__ = ["RECOVERY_RERUNS", "SchedulePlanner", "backoff_s", "parsed"]

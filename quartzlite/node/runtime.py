@@ -1,0 +1,681 @@
+"""One scheduler node: its session, its threads, its in-memory prepared and executing
+sets, and the order it stops in.
+
+Threads (each a :class:`Service`):
+
+==============  ==========================================================  =========
+heartbeat       renew the session by the DB clock; measure the clock offset;  critical
+                notice job changes (wake the scanner) and kill requests
+watchdog        fence when no heartbeat succeeded for ``fence_after_s``        critical
+scanner         idle -> prepared under the job lock (look-ahead window)       critical
+firer           prepared -> executing when due; hand each run to a thread     critical
+results         executing -> idle in batches; retried until the outcome is    critical
+                known
+compensator     adopt/recover what the DB says we own but memory does not     critical
+expirer         expire peers silent for ``session_timeout_s``                 critical
+==============  ==========================================================  =========
+
+The process mutex (``Node.mutex``) is held around every transaction that changes
+what this node owns *and* the matching change of the in-memory sets, so the two
+never disagree in a way the compensator could misread.
+
+Stop order (SIGTERM/SIGINT): stop scanning, expiring and compensating; hand prepared
+jobs back at once; stop firing; let running jobs finish for ``shutdown_grace_s``, then
+kill them; record every result; delete the session; stop the heartbeat last.
+A second signal kills the running jobs and exits at once.
+
+Fence: no heartbeat for ``fence_after_s`` (or the session is gone): stop preparing
+and firing, SIGKILL the process groups of every running job, drop in-memory state,
+and exit non-zero (or, with ``rejoin``, wait for the database and join again under a
+new session). ``fence_after_s`` < ``session_timeout_s``, so this happens before any
+peer may expire the session and run the work elsewhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import FrameType
+
+from quartzlite import __version__
+from quartzlite.clock import Clock, SystemClock
+from quartzlite.config import NodeConfig
+from quartzlite.enums import RunStatus, TargetKind
+from quartzlite.errors import QuartzliteError, SchemaError, StoreError, TransientStoreError
+from quartzlite.executors import RunContext, RunHandle, run_callable, run_shell
+from quartzlite.models import Finished, Fired, Outcome, Prepared
+from quartzlite.node.planning import SchedulePlanner
+from quartzlite.node.service import Service
+from quartzlite.storage import migrate
+from quartzlite.storage.engine import Database
+from quartzlite.storage.node import NodeStore
+
+log = logging.getLogger("quartzlite.node")
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CONFIG = 2
+EXIT_FENCED = 3
+EXIT_FORCED = 4
+
+
+class StopRequest:
+    """Set by signal handlers (which do nothing else): 1 = graceful, 2 = now."""
+
+    def __init__(self) -> None:
+        self.level = 0
+        self.event = threading.Event()
+
+    def request(self) -> None:
+        self.level += 1
+        self.event.set()
+
+
+@dataclass(slots=True)
+class Execution:
+    fired: Fired
+    handle: RunHandle
+    thread: threading.Thread | None = None
+
+
+@dataclass(slots=True)
+class NodeStats:
+    """Counters for logs and metrics."""
+
+    fires: int = 0
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    lateness_s: list[float] = field(default_factory=list)
+    db_errors: int = 0
+
+    def record_lateness(self, value: float) -> None:
+        self.lateness_s.append(value)
+        if len(self.lateness_s) > 100_000:
+            del self.lateness_s[: len(self.lateness_s) - 50_000]
+
+
+def tag_sets(tags: tuple[str, ...]) -> list[str]:
+    """Every stored job-tag value this node may run: each subset of its tags, joined
+    the way storage joins them (sorted, comma-separated; '' = any node)."""
+    ordered = sorted(set(tags))
+    found: list[str] = []
+    for mask in range(1 << len(ordered)):
+        found.append(",".join(t for i, t in enumerate(ordered) if mask & (1 << i)))
+    return found
+
+
+class Node:
+    def __init__(self, config: NodeConfig, *, clock: Clock | None = None,
+                 stop_request: StopRequest | None = None) -> None:
+        if len(config.tags) > 8:
+            raise SchemaError("a node may have at most 8 tags")
+        self.config = config
+        self.clock = clock or SystemClock(config.clock_skew_s)
+        self.stop_request = stop_request or StopRequest()
+        self.session_id = uuid.uuid4().hex
+        self.pid = os.getpid()
+        self.node_name = f"{config.host}:{self.pid}"
+        self.stats = NodeStats()
+        io_timeout = config.lock_wait_timeout_s + 2
+        self.db = Database(
+            config.database_url, lock_wait_timeout_s=config.lock_wait_timeout_s,
+            io_timeout_s=io_timeout, pool_size=6, on_error=self._db_error,
+        )
+        # The heartbeat has a pool of its own with short timeouts, so that it never
+        # queues behind the other threads and a blackholed connection fails fast.
+        self.hb_db = Database(
+            config.database_url, lock_wait_timeout_s=config.lock_wait_timeout_s,
+            io_timeout_s=max(1.0, min(config.heartbeat_interval_s * 2, config.fence_after_s / 2)),
+            pool_size=1, on_error=self._db_error,
+        )
+        self.store = NodeStore(self.db, node_name=self.node_name)
+        self.hb_store = NodeStore(self.hb_db, node_name=self.node_name)
+        self.planner = SchedulePlanner()
+        self.tag_sets = tag_sets(config.tags)
+        self.mutex = threading.RLock()
+        self.prepared: dict[int, Prepared] = {}
+        self.executing: dict[int, Execution] = {}
+        self.results: queue.Queue[Finished] = queue.Queue()
+        self.fenced = threading.Event()
+        self.fence_reason = ""
+        self.stopping = False
+        self.done = threading.Event()
+        self.crashed: tuple[str, BaseException] | None = None
+        self.offset_s = 0.0
+        self.last_beat_mono = self.clock.monotonic()
+        self.healthy_since: float | None = None
+        self.job_version = -1
+        self._batches = itertools.count(1)
+        self.heartbeat = _Heartbeat(self)
+        self.watchdog = _Watchdog(self)
+        self.scanner = _Scanner(self)
+        self.firer = _Firer(self)
+        self.results_service = _Results(self)
+        self.compensator = _Compensator(self)
+        self.expirer = _Expirer(self)
+        self.services: list[Service] = [
+            self.heartbeat, self.watchdog, self.scanner, self.firer, self.results_service,
+            self.compensator, self.expirer,
+        ]
+
+    # -- time ------------------------------------------------------------------------
+
+    def db_now(self) -> datetime:
+        """Our estimate of the database clock."""
+        return self.clock.now() + timedelta(seconds=self.offset_s)
+
+    def _db_error(self, code: int | None) -> None:
+        self.stats.db_errors += 1
+
+    # -- life ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (0), fenced (3), forced (4) or broken (1/2)."""
+        try:
+            migrate.check_ready(self.db)
+            started = self.store.register(
+                session_id=self.session_id, host=self.config.host, pid=self.pid,
+                capacity=self.config.capacity, tags=self.config.tags, version=__version__,
+            )
+        except SchemaError as error:
+            log.error("refusing to start: %s", error.message, extra={"action": "schema_error"})
+            self._dispose()
+            return EXIT_CONFIG
+        except StoreError as error:
+            log.error("cannot start: %s", error.message, extra={"action": "start_failed"})
+            self._dispose()
+            return EXIT_ERROR
+        self.offset_s = (started - self.clock.now()).total_seconds()
+        self.last_beat_mono = self.clock.monotonic()
+        log.info(
+            "node %s started: session %s, capacity %d, tags %s",
+            self.node_name, self.session_id, self.config.capacity,
+            ",".join(self.config.tags) or "-",
+            extra={"action": "node_started", "session": self.session_id},
+        )
+        for service in self.services:
+            service.start()
+        try:
+            return self._main_loop()
+        finally:
+            self._dispose()
+
+    def _main_loop(self) -> int:
+        while True:
+            if self.stop_request.level >= 2:
+                return self._force_stop()
+            if self.fenced.is_set():
+                return self._after_fence()
+            if self.crashed is not None:
+                name, error = self.crashed
+                self.fence(f"critical service {name} crashed: {error!r}")
+                self._after_fence()
+                return EXIT_ERROR
+            if self.stop_request.level == 1 and not self.stopping:
+                return self._graceful_stop()
+            self.stop_request.event.wait(0.1)
+            self.stop_request.event.clear()
+
+    def on_crash(self, service: Service, error: BaseException) -> None:
+        log.error(
+            "service %s crashed", service.name, exc_info=error,
+            extra={"action": "service_crashed", "service": service.name},
+        )
+        if service.critical and self.crashed is None:
+            self.crashed = (service.name, error)
+            self.stop_request.event.set()
+
+    def fence(self, reason: str) -> None:
+        """Stop everything this node does for the cluster, kill its children now."""
+        if self.fenced.is_set():
+            return
+        self.fence_reason = reason
+        self.fenced.set()
+        for service in (self.scanner, self.firer, self.compensator, self.expirer):
+            service.stop()
+        executions = list(self.executing.values())
+        for execution in executions:
+            execution.handle.kill("node fenced", force=True)
+        log.error(
+            "FENCED: %s; killed %d running job(s) and dropped %d prepared; a peer will "
+            "take the work over once this session expires",
+            reason, len(executions), len(self.prepared),
+            extra={"action": "fenced", "session": self.session_id},
+        )
+        self.stop_request.event.set()
+
+    def _after_fence(self) -> int:
+        for service in self.services:
+            service.stop()
+        for execution in list(self.executing.values()):
+            if execution.thread is not None:
+                execution.thread.join(self.config.kill_grace_s)
+        self.prepared.clear()
+        self.executing.clear()
+        return EXIT_FENCED
+
+    def _force_stop(self) -> int:
+        log.warning("second signal: killing running jobs and exiting now",
+                    extra={"action": "forced_stop"})
+        self.fenced.set()
+        for service in self.services:
+            service.stop()
+        for execution in list(self.executing.values()):
+            execution.handle.kill("node stopped at once (second signal)", force=True)
+        return EXIT_FORCED
+
+    def _graceful_stop(self) -> int:
+        self.stopping = True
+        log.info("stopping: handing back prepared jobs, waiting for running ones",
+                 extra={"action": "stopping"})
+        for service in (self.scanner, self.compensator, self.expirer):
+            service.stop()
+        with self.mutex:
+            self.firer.stop()
+            try:
+                handed = self.store.hand_back(self.session_id)
+            except StoreError as error:
+                log.warning("could not hand back prepared jobs: %s", error.message)
+                handed = 0
+            self.prepared.clear()
+        log.info("handed back %d prepared job(s)", handed, extra={"action": "handed_back"})
+        deadline = time.monotonic() + self.config.shutdown_grace_s
+        while self.executing and time.monotonic() < deadline:
+            if self.stop_request.level >= 2 or self.fenced.is_set():
+                return self._force_stop() if self.stop_request.level >= 2 else self._after_fence()
+            self.stop_request.event.wait(0.1)
+            self.stop_request.event.clear()
+        if self.executing:
+            log.warning("shutdown grace over: killing %d running job(s)", len(self.executing),
+                        extra={"action": "shutdown_kill"})
+            for execution in list(self.executing.values()):
+                execution.handle.kill("node shut down before the run ended")
+            deadline = time.monotonic() + self.config.kill_grace_s + 5
+            while self.executing and time.monotonic() < deadline:
+                if self.stop_request.level >= 2:
+                    return self._force_stop()
+                self.stop_request.event.wait(0.1)
+                self.stop_request.event.clear()
+        self.results_service.stop()
+        self.results_service.join(5)
+        self.results_service.drain()
+        self.watchdog.stop()
+        try:
+            deleted = self.store.delete_session(self.session_id)
+        except StoreError as error:
+            log.warning("could not delete session: %s", error.message)
+            deleted = False
+        self.heartbeat.stop()
+        self.heartbeat.join(5)
+        log.info("stopped%s", "" if deleted else " (session left to expire: it still owns jobs)",
+                 extra={"action": "stopped"})
+        return EXIT_OK
+
+    def _dispose(self) -> None:
+        for service in self.services:
+            service.stop()
+        self.db.dispose()
+        self.hb_db.dispose()
+
+    # -- execution ---------------------------------------------------------------------
+
+    def start_execution(self, fired: Fired) -> None:
+        """Called under the mutex after the fire commit: run it in a thread of its own."""
+        handle = RunHandle()
+        execution = Execution(fired=fired, handle=handle)
+        self.executing[fired.prepared.job_id] = execution
+        thread = threading.Thread(
+            target=self._execute, args=(execution,), name=f"run-{fired.prepared.name}",
+            daemon=True,
+        )
+        execution.thread = thread
+        thread.start()
+
+    def _execute(self, execution: Execution) -> None:
+        fired = execution.fired
+        p = fired.prepared
+        spec = p.spec
+        try:
+            if spec.target_kind is TargetKind.SHELL:
+                assert spec.command is not None
+                outcome = run_shell(
+                    spec.command,
+                    env={
+                        "QUARTZLITE_JOB": p.name,
+                        "QUARTZLITE_FIRE_ID": p.fire_id,
+                        "QUARTZLITE_RUN_ID": str(fired.run_id),
+                        "QUARTZLITE_PLANNED_AT": p.fire_at.isoformat(),
+                        "QUARTZLITE_SLOT_AT": p.slot_at.isoformat(),
+                        "QUARTZLITE_ATTEMPT": str(p.attempt),
+                    },
+                    timeout_s=spec.timeout_s,
+                    kill_grace_s=self.config.kill_grace_s,
+                    output_limit=self.config.output_limit_bytes,
+                    handle=execution.handle,
+                )
+            else:
+                assert spec.callable is not None
+                outcome = run_callable(
+                    spec.callable, spec.kwargs,
+                    context=RunContext(
+                        job=p.name, fire_id=p.fire_id, run_id=fired.run_id,
+                        planned_at=p.fire_at, slot_at=p.slot_at, attempt=p.attempt,
+                    ),
+                    timeout_s=spec.timeout_s,
+                    output_limit=self.config.output_limit_bytes,
+                    handle=execution.handle,
+                )
+        except BaseException as error:  # noqa: BLE001 - exactly one result per run
+            outcome = Outcome(status=RunStatus.FAILED, error=f"executor error: {error!r}")
+        if self.fenced.is_set():
+            return  # not ours to record any more: peers recover it after expiry
+        self.results.put(Finished(fired=fired, outcome=outcome, ended_at=self.db_now()))
+        self.results_service.wake()
+
+    def kill_requested_runs(self) -> None:
+        for job_id, fire_id in self.store.kill_requests(self.session_id):
+            execution = self.executing.get(job_id)
+            if execution is not None and execution.fired.prepared.fire_id == fire_id:
+                if not execution.handle.kill_requested:
+                    log.info("killing run of job %s on request", execution.fired.prepared.name,
+                             extra={"action": "kill", "job": execution.fired.prepared.name})
+                execution.handle.kill("killed on request")
+
+
+class _NodeService(Service):
+    def __init__(self, node: Node, interval_s: float) -> None:
+        super().__init__(interval_s, node.on_crash)
+        self.node = node
+
+
+class _Heartbeat(_NodeService):
+    name = "heartbeat"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, node.config.heartbeat_interval_s)
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.fenced.is_set():
+            return None
+        sent_mono = node.clock.monotonic()
+        try:
+            beat = node.hb_store.heartbeat(node.session_id, node.offset_s * 1000, node.clock.now)
+        except QuartzliteError as error:
+            node.healthy_since = None
+            log.warning("heartbeat failed: %s", error.message, extra={"action": "heartbeat_failed"})
+            return None
+        received_mono = node.clock.monotonic()
+        if not beat.alive:
+            node.fence("our session is gone: peers expired it")
+            return None
+        rtt = received_mono - sent_mono
+        node.offset_s = (beat.db_now - beat.local_mid).total_seconds()
+        # Count from when we sent it: the database stamped it no earlier than that.
+        node.last_beat_mono = sent_mono
+        if node.healthy_since is None:
+            node.healthy_since = sent_mono
+        if beat.job_version != node.job_version:
+            first = node.job_version == -1
+            node.job_version = beat.job_version
+            node.scanner.wake()
+            if not first and node.executing:
+                node.kill_requested_runs()
+        return max(0.0, self.interval_s - rtt)
+
+
+class _Watchdog(_NodeService):
+    name = "watchdog"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, min(0.1, node.config.heartbeat_interval_s / 4))
+
+    def run_once(self) -> float | None:
+        node = self.node
+        silent = node.clock.monotonic() - node.last_beat_mono
+        if silent > node.config.fence_after_s and not node.fenced.is_set():
+            node.fence(f"no heartbeat reached the database for {silent:.1f}s "
+                       f"(fence_after_s={node.config.fence_after_s:g})")
+        return None
+
+
+class _Scanner(_NodeService):
+    name = "scanner"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, node.config.scan_interval_s)
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.fenced.is_set() or node.stopping:
+            return None
+        free = node.config.capacity - len(node.prepared) - len(node.executing)
+        if free <= 0:
+            return None
+        earliest = node.store.earliest_due(node.tag_sets)
+        if earliest is None:
+            return None
+        until = (earliest - node.db_now()).total_seconds() - node.config.look_ahead_s
+        if until > 0:
+            return min(until, self.interval_s)
+        with node.mutex:
+            if node.fenced.is_set() or self.stopping:
+                return None
+            prefix = f"{node.session_id}:{next(node._batches)}:"
+            found = node.store.prepare_due(
+                session_id=node.session_id, fire_prefix=prefix, limit=free,
+                tag_sets=node.tag_sets, look_ahead_s=node.config.look_ahead_s,
+                planner=node.planner,
+            )
+            for p in found:
+                node.prepared[p.job_id] = p
+        if found:
+            log.debug("prepared %d job(s)", len(found), extra={"action": "prepared"})
+            node.firer.wake()
+        return 0.0 if len(found) >= free else None
+
+
+class _Firer(_NodeService):
+    name = "firer"
+
+    #: Jobs due within this many seconds of the earliest are fired in the same batch.
+    BATCH_WINDOW_S = 0.002
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, 1.0)
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.fenced.is_set():
+            return None
+        snapshot = list(node.prepared.values())
+        if not snapshot:
+            return None
+        earliest = min(p.fire_at for p in snapshot)
+        wait = (earliest - node.db_now()).total_seconds()
+        if wait > self.BATCH_WINDOW_S:
+            return min(wait, self.interval_s)
+        with node.mutex:
+            if node.fenced.is_set() or self.stopping:
+                return None
+            horizon = node.db_now() + timedelta(seconds=self.BATCH_WINDOW_S)
+            due = [p for p in node.prepared.values() if p.fire_at <= horizon]
+            if not due:
+                return 0.0
+            fired, lost = node.store.fire(
+                session_id=node.session_id, items=due, planner=node.planner
+            )
+            for job_id in lost:
+                node.prepared.pop(job_id, None)
+            for f in fired:
+                node.prepared.pop(f.prepared.job_id, None)
+                if node.fenced.is_set():
+                    continue
+                node.start_execution(f)
+                node.stats.fires += 1
+                node.stats.record_lateness((f.started_at - f.prepared.fire_at).total_seconds())
+        if lost:
+            node.scanner.wake()
+        if len(fired) + len(lost) < len(due):
+            return 0.001  # some were not due yet by the database clock
+        return 0.0
+
+
+class _Results(_NodeService):
+    name = "results"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, 1.0)
+
+    def run_once(self) -> float | None:
+        if self.node.fenced.is_set():
+            return None
+        return self._record() if not self.node.results.empty() else None
+
+    def drain(self) -> None:
+        """Record whatever is left (the last step of a graceful stop)."""
+        while not self.node.results.empty() and not self.node.fenced.is_set():
+            try:
+                self._record()
+            except TransientStoreError as error:
+                log.error("could not record results: %s", error.message)
+                return
+
+    def _record(self) -> float | None:
+        node = self.node
+        batch: list[Finished] = []
+        while len(batch) < node.config.result_batch:
+            try:
+                batch.append(node.results.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return None
+        with node.mutex:
+            try:
+                node.store.complete(
+                    session_id=node.session_id, finished=batch, planner=node.planner,
+                    stop=node.fenced,
+                )
+            except TransientStoreError:
+                if node.fenced.is_set():
+                    return None
+                for item in batch:
+                    node.results.put(item)
+                raise
+            for item in batch:
+                job_id = item.fired.prepared.job_id
+                current = node.executing.get(job_id)
+                if current is not None and current.fired.run_id == item.fired.run_id:
+                    del node.executing[job_id]
+                status = item.outcome.status.value
+                node.stats.runs_by_status[status] = node.stats.runs_by_status.get(status, 0) + 1
+        node.scanner.wake()
+        return 0.0 if not node.results.empty() else None
+
+
+class _Compensator(_NodeService):
+    name = "compensator"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, node.config.compensate_interval_s)
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.fenced.is_set() or node.stopping:
+            return None
+        owned = node.store.owned(node.session_id)
+        with node.mutex:
+            known = self._known()
+        if all((o.job_id, o.fire_id) in known for o in owned):
+            return None
+        with node.mutex:
+            if node.fenced.is_set() or self.stopping:
+                return None
+            adopted, recovered = node.store.compensate(
+                session_id=node.session_id, in_memory=self._known(), planner=node.planner
+            )
+            for p in adopted:
+                node.prepared[p.job_id] = p
+        if adopted or recovered:
+            log.warning(
+                "compensation: adopted %d prepared job(s), recovered %d run(s) never started",
+                len(adopted), recovered, extra={"action": "compensated"},
+            )
+            node.firer.wake()
+        return None
+
+    def _known(self) -> set[tuple[int, str]]:
+        node = self.node
+        known = {(p.job_id, p.fire_id) for p in node.prepared.values()}
+        known.update(
+            (e.fired.prepared.job_id, e.fired.prepared.fire_id) for e in node.executing.values()
+        )
+        return known
+
+
+class _Expirer(_NodeService):
+    name = "expirer"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, node.config.expiry_interval_s)
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.fenced.is_set() or node.stopping or node.healthy_since is None:
+            return None
+        # Judge peers only after heartbeating without a break for a whole timeout:
+        # after an outage every node saw, nobody evicts anybody.
+        if node.clock.monotonic() - node.healthy_since < node.config.session_timeout_s:
+            return None
+        dead = node.store.expire_sessions(
+            session_id=node.session_id, session_timeout_s=node.config.session_timeout_s,
+            planner=node.planner,
+        )
+        if dead:
+            node.scanner.wake()
+        return None
+
+
+def _wait_for_database(config: NodeConfig, stop: StopRequest) -> bool:
+    db = Database(config.database_url, io_timeout_s=2)
+    try:
+        while stop.level == 0:
+            try:
+                migrate.check_ready(db)
+                return True
+            except StoreError as error:
+                log.info("waiting for the database to rejoin: %s", error.message,
+                         extra={"action": "rejoin_wait"})
+            stop.event.wait(1.0)
+            stop.event.clear()
+        return False
+    finally:
+        db.dispose()
+
+
+def run_node(config: NodeConfig, *, clock: Clock | None = None) -> int:
+    """Run a node in this process until it stops; returns the exit code."""
+    stop = StopRequest()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.request()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while True:
+        node = Node(config, clock=clock, stop_request=stop)
+        code = node.run()
+        if code == EXIT_FENCED:
+            log.error("node fenced: %s", node.fence_reason, extra={"action": "exit_fenced"})
+            if config.rejoin and stop.level == 0 and _wait_for_database(config, stop):
+                log.info("rejoining under a new session", extra={"action": "rejoin"})
+                continue
+        return code

@@ -1,0 +1,77 @@
+"""Every background thread of a node has this one shape (db-scheduler's
+``RunUntilShutdown`` with a ``Waiter``): a named loop around ``run_once()`` that waits
+on an event between rounds, wakes early on ``wake()``, honours ``stop()`` within the
+wait, and reports a crash of a critical service to the node."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from quartzlite.errors import TransientStoreError
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """Subclasses implement :meth:`run_once`, returning seconds until the next round
+    (None: the default interval)."""
+
+    name = "service"
+    critical = True
+
+    def __init__(self, interval_s: float, on_crash: Callable[[Service, BaseException], None]) -> None:
+        self.interval_s = interval_s
+        self.on_crash = on_crash
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> float | None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                delay = self.run_once()
+            except TransientStoreError as error:
+                # The database is away: try again soon. Fencing, not this loop, decides
+                # when being away has lasted too long.
+                log.warning(
+                    "%s: %s", self.name, error.message,
+                    extra={"action": "service_db_error", "service": self.name},
+                )
+                delay = min(self.interval_s, 0.5)
+            except BaseException as error:  # noqa: BLE001 - reported, never swallowed
+                if self._stop.is_set():
+                    return
+                self.on_crash(self, error)
+                if self.critical:
+                    return
+                delay = self.interval_s
+            if self._stop.is_set():
+                return
+            self._wake.wait(self.interval_s if delay is None else max(0.0, delay))
+            self._wake.clear()

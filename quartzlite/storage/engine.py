@@ -1,0 +1,226 @@
+"""Connections, error classification and the one retry loop.
+
+Every transaction quartzlite runs goes through :meth:`Database.transaction`, which
+rolls back the *whole* transaction on a lock-wait timeout (MySQL only rolls back the
+statement), and retries lock-wait timeouts, deadlocks and lost connections with
+capped exponential backoff. A lost connection during COMMIT leaves the outcome
+unknown; the callables passed in are written to be idempotent (check-then-write,
+fenced by state and fire id), so running them again is safe, and they can see that a
+retry follows an unknown outcome through ``Tx.after_unknown``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pymysql
+from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy.engine import Connection, make_url
+
+from quartzlite.errors import StoreError, TransientStoreError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Lock wait timeout: the server rolled back only the statement; we roll back all.
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+#: Errors that may succeed when the transaction is run again.
+RETRYABLE_CODES = frozenset(
+    {
+        ER_LOCK_WAIT_TIMEOUT,
+        ER_LOCK_DEADLOCK,
+        1040,  # too many connections
+        1053,  # server shutdown in progress
+        1927,  # MariaDB: connection killed
+        2003,  # can't connect
+        2006,  # server has gone away
+        2013,  # lost connection during query
+        2014,  # commands out of sync (broken connection state)
+        2055,  # lost connection (SSL/system error)
+        1317,  # query interrupted
+        4031,  # MySQL 8: disconnected by the server because of inactivity
+    }
+)
+#: Errors after which the connection is dead: a COMMIT that hit one of these has
+#: an unknown outcome.
+CONNECTION_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2014, 2055, 4031})
+
+
+def error_code(error: BaseException) -> int | None:
+    """The MySQL error number behind a SQLAlchemy or PyMySQL exception, if any."""
+    orig = error.orig if isinstance(error, exc.DBAPIError) else error
+    if isinstance(orig, pymysql.err.MySQLError) and orig.args and isinstance(orig.args[0], int):
+        return orig.args[0]
+    if isinstance(orig, (ConnectionError, TimeoutError, OSError)):
+        return 2013
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return 2006
+    return None
+
+
+def is_retryable(error: BaseException) -> bool:
+    return error_code(error) in RETRYABLE_CODES
+
+
+@dataclass(slots=True)
+class Tx:
+    """What a transaction callable gets: the connection, and whether an earlier
+    attempt of this same transaction may have committed."""
+
+    conn: Connection
+    after_unknown: bool
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How :meth:`Database.transaction` retries. ``deadline_s`` None = until it works
+    or ``should_stop`` says so."""
+
+    deadline_s: float | None = 10.0
+    first_backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+
+
+class Database:
+    """An engine plus the retry loop; the only way quartzlite code reaches MySQL."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        lock_wait_timeout_s: int = 3,
+        io_timeout_s: float = 10.0,
+        pool_size: int = 5,
+        on_error: Callable[[int | None], None] | None = None,
+    ) -> None:
+        self.url = url
+        self.on_error = on_error
+        parsed = make_url(url)
+        if not parsed.drivername.startswith("mysql"):
+            raise StoreError(f"database URL must be a mysql+pymysql:// URL, got {parsed.drivername}")
+        connect_args: dict[str, Any] = {
+            "charset": "utf8mb4",
+            "connect_timeout": max(1, int(io_timeout_s)),
+            "read_timeout": max(1, int(io_timeout_s)),
+            "write_timeout": max(1, int(io_timeout_s)),
+            "init_command": (
+                "SET time_zone='+00:00', "
+                f"innodb_lock_wait_timeout={int(lock_wait_timeout_s)}"
+            ),
+        }
+        self.engine: Engine = create_engine(
+            parsed.set(drivername="mysql+pymysql"),
+            pool_pre_ping=True,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_recycle=3600,
+            isolation_level="READ COMMITTED",
+            connect_args=connect_args,
+        )
+        self.statements = 0
+        self._count_lock = threading.Lock()
+        event.listen(self.engine, "before_cursor_execute", self._count)
+
+    def _count(self, *_: Any) -> None:
+        with self._count_lock:
+            self.statements += 1
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A plain connection (autocommit off; commit yourself), errors mapped."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except exc.DBAPIError as error:
+            raise self._map(error) from error
+
+    def transaction(
+        self,
+        fn: Callable[[Tx], T],
+        *,
+        retry: RetryPolicy | None = None,
+        stop: threading.Event | None = None,
+        name: str = "tx",
+    ) -> T:
+        """Run ``fn`` in one transaction and commit; retry transient failures.
+
+        Raises :class:`TransientStoreError` when the deadline passes (or ``stop``
+        is set) while the database keeps failing.
+        """
+        policy = retry or RetryPolicy()
+        started = time.monotonic()
+        backoff = policy.first_backoff_s
+        after_unknown = False
+        attempt = 0
+        while True:
+            attempt += 1
+            committing = False
+            try:
+                with self.engine.connect() as conn:
+                    try:
+                        result = fn(Tx(conn=conn, after_unknown=after_unknown, attempt=attempt))
+                        committing = True
+                        conn.commit()
+                        return result
+                    except BaseException:
+                        if not committing:
+                            _quiet_rollback(conn)
+                        raise
+            except exc.DBAPIError as error:
+                code = error_code(error)
+                if self.on_error is not None:
+                    self.on_error(code)
+                if code not in RETRYABLE_CODES:
+                    raise self._map(error) from error
+                if committing and code in CONNECTION_CODES:
+                    after_unknown = True
+                elapsed = time.monotonic() - started
+                out_of_time = policy.deadline_s is not None and elapsed >= policy.deadline_s
+                if out_of_time or (stop is not None and stop.is_set()):
+                    raise TransientStoreError(
+                        f"database unavailable ({name}: error {code}, {attempt} attempts)",
+                        details={"mysql_error": code},
+                    ) from error
+                log.info(
+                    "retrying %s after MySQL error %s (attempt %d)",
+                    name,
+                    code,
+                    attempt,
+                    extra={"action": "db_retry", "mysql_error": code},
+                )
+                sleep = min(backoff, policy.max_backoff_s) * (0.5 + random.random() / 2)  # noqa: S311
+                if policy.deadline_s is not None:
+                    sleep = min(sleep, max(0.0, policy.deadline_s - elapsed))
+                if stop is not None:
+                    stop.wait(sleep)
+                else:
+                    time.sleep(sleep)
+                backoff *= 2
+
+    def _map(self, error: exc.DBAPIError) -> StoreError:
+        code = error_code(error)
+        if code in RETRYABLE_CODES:
+            return TransientStoreError(
+                f"database unavailable (MySQL error {code})", details={"mysql_error": code}
+            )
+        text = str(error.orig) if error.orig is not None else str(error)
+        return StoreError(f"database error: {text}", details={"mysql_error": code})
+
+
+def _quiet_rollback(conn: Connection) -> None:
+    try:
+        conn.rollback()
+    except exc.DBAPIError:
+        conn.invalidate()

@@ -1,0 +1,381 @@
+"""Management queries: what the client (library, CLI, HTTP API) does to jobs and runs.
+
+Every write takes the job lock first (``UPDATE ql_locks ... WHERE name='job'``, which
+also bumps the lock's version so that nodes notice the change at their next
+heartbeat), so a management write never races a node's prepare, fire or result
+transaction, and is one transaction: on any error nothing is written.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.engine import Connection, RowMapping
+
+from quartzlite.clock import utc
+from quartzlite.enums import JobState, RunStatus
+from quartzlite.errors import Conflict, NotFound, SchemaError, ValidationError
+from quartzlite.models import Job, JobSpec, Page, Run, Session
+from quartzlite.storage import rows
+from quartzlite.storage.engine import Database, Tx
+from quartzlite.storage.tables import jobs, locks, runs, sessions
+
+#: Given a spec and the database's now, the first instant it should fire (None: never).
+Planner = Callable[[JobSpec, datetime], datetime | None]
+
+
+def take_job_lock(conn: Connection) -> None:
+    """Take the job lock for a management write and bump its version."""
+    result = conn.execute(
+        update(locks).where(locks.c.name == "job").values(version=locks.c.version + 1)
+    )
+    if result.rowcount != 1:
+        raise SchemaError("the job lock row is missing from ql_locks: run `quartzlite db upgrade`")
+
+
+def db_now(conn: Connection) -> datetime:
+    value = conn.execute(select(func.now(6))).scalar_one()
+    return utc(value)
+
+
+def encode_cursor(value: str | int) -> str:
+    return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, *, numeric: bool) -> str | int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        return int(raw) if numeric else raw
+    except (ValueError, UnicodeDecodeError):
+        raise ValidationError("cursor", "is not a cursor this server handed out") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFilter:
+    state: JobState | None = None
+    paused: bool | None = None
+    tag: str | None = None
+    name_prefix: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    job: str | None = None
+    status: RunStatus | None = None
+    node: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+class JobStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- reads -------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        with self.db.connect() as conn:
+            return db_now(conn)
+
+    def get(self, name: str) -> Job:
+        with self.db.connect() as conn:
+            row = self._row(conn, name)
+        return rows.job_from_row(row)
+
+    def _row(self, conn: Connection, name: str) -> RowMapping:
+        row = conn.execute(select(jobs).where(jobs.c.active_name == name)).mappings().first()
+        if row is None:
+            raise NotFound(f"no job named {name!r}", details={"job": name})
+        return row
+
+    def list(self, flt: JobFilter, *, limit: int, cursor: str | None) -> Page[Job]:
+        query = select(jobs).where(jobs.c.deleted.is_(False))
+        if flt.state is not None:
+            query = query.where(jobs.c.state == flt.state.value)
+        if flt.paused is not None:
+            query = query.where(jobs.c.paused.is_(flt.paused))
+        if flt.tag is not None:
+            query = query.where(func.find_in_set(flt.tag, jobs.c.tags) > 0)
+        if flt.name_prefix:
+            escaped = flt.name_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
+            query = query.where(jobs.c.active_name.like(escaped + "%"))
+        if cursor is not None:
+            query = query.where(jobs.c.active_name > decode_cursor(cursor, numeric=False))
+        query = query.order_by(jobs.c.active_name).limit(limit + 1)
+        with self.db.connect() as conn:
+            found = [rows.job_from_row(r) for r in conn.execute(query).mappings()]
+        more = len(found) > limit
+        items = found[:limit]
+        return Page(items=items, next_cursor=encode_cursor(items[-1].name) if more else None)
+
+    def runs(self, flt: RunFilter, *, limit: int, cursor: str | None) -> Page[Run]:
+        query = select(runs)
+        if flt.job is not None:
+            query = query.where(runs.c.job_name == flt.job)
+        if flt.status is not None:
+            query = query.where(runs.c.status == flt.status.value)
+        if flt.node is not None:
+            query = query.where(or_(runs.c.node == flt.node, runs.c.session_id == flt.node))
+        if flt.since is not None:
+            query = query.where(runs.c.planned_at >= rows.to_db(flt.since))
+        if flt.until is not None:
+            query = query.where(runs.c.planned_at < rows.to_db(flt.until))
+        if cursor is not None:
+            query = query.where(runs.c.id < decode_cursor(cursor, numeric=True))
+        query = query.order_by(runs.c.id.desc()).limit(limit + 1)
+        with self.db.connect() as conn:
+            found = [rows.run_from_row(r) for r in conn.execute(query).mappings()]
+        more = len(found) > limit
+        items = found[:limit]
+        return Page(items=items, next_cursor=encode_cursor(items[-1].id) if more else None)
+
+    def get_run(self, run_id: int) -> Run:
+        with self.db.connect() as conn:
+            row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"no run with id {run_id}", details={"run": run_id})
+        return rows.run_from_row(row)
+
+    def last_run(self, job_id: int) -> Run | None:
+        with self.db.connect() as conn:
+            row = (
+                conn.execute(
+                    select(runs)
+                    .where(runs.c.job_id == job_id, runs.c.status != RunStatus.MISSED.value)
+                    .order_by(runs.c.planned_at.desc())
+                    .limit(1)
+                )
+                .mappings()
+                .first()
+            )
+        return None if row is None else rows.run_from_row(row)
+
+    def sessions(self) -> list[Session]:
+        with self.db.connect() as conn:
+            found = conn.execute(select(sessions).order_by(sessions.c.started_at)).mappings().all()
+            running = conn.execute(
+                select(jobs.c.owner_session, jobs.c.name).where(
+                    jobs.c.state == JobState.EXECUTING.value
+                )
+            ).all()
+        by_session: dict[str, list[str]] = {}
+        for owner, name in running:
+            by_session.setdefault(owner, []).append(name)
+        return [
+            rows.session_from_row(r, tuple(sorted(by_session.get(r["id"], [])))) for r in found
+        ]
+
+    # -- writes ------------------------------------------------------------------
+
+    def add(self, spec: JobSpec, planner: Planner) -> Job:
+        def tx(t: Tx) -> Job:
+            take_job_lock(t.conn)
+            existing = self._find(t.conn, spec.name)
+            if existing is not None:
+                if t.after_unknown and rows.spec_from_row(existing) == spec:
+                    return rows.job_from_row(existing)  # our own earlier commit
+                raise Conflict(f"a job named {spec.name!r} exists", details={"job": spec.name})
+            return self._insert(t.conn, spec, planner)
+
+        return self.db.transaction(tx, name="add_job")
+
+    def add_many(self, specs: Sequence[JobSpec], planner: Planner) -> int:
+        """Insert many new jobs in one transaction (all or nothing); the bulk path."""
+
+        def tx(t: Tx) -> int:
+            take_job_lock(t.conn)
+            names = [s.name for s in specs]
+            taken: set[str] = set()
+            for start in range(0, len(names), 1000):
+                chunk = names[start : start + 1000]
+                taken.update(
+                    r[0]
+                    for r in t.conn.execute(
+                        select(jobs.c.active_name).where(jobs.c.active_name.in_(chunk))
+                    )
+                )
+            if taken and not t.after_unknown:
+                first = sorted(taken)[0]
+                raise Conflict(
+                    f"{len(taken)} job name(s) exist, e.g. {first!r}", details={"job": first}
+                )
+            now = db_now(t.conn)
+            values = [
+                self._insert_values(s, planner, now) for s in specs if s.name not in taken
+            ]
+            for start in range(0, len(values), 1000):
+                t.conn.execute(jobs.insert(), values[start : start + 1000])
+            return len(values)
+
+        return self.db.transaction(tx, name="add_jobs", retry=None)
+
+    def upsert(self, spec: JobSpec, planner: Planner) -> tuple[Job, bool]:
+        """Create or replace by name. Returns the job and whether anything changed;
+        publishing the same definition twice changes nothing (not even updated_at)."""
+
+        def tx(t: Tx) -> tuple[Job, bool]:
+            take_job_lock(t.conn)
+            existing = self._find(t.conn, spec.name)
+            if existing is None:
+                return self._insert(t.conn, spec, planner), True
+            if rows.spec_from_row(existing) == spec:
+                return rows.job_from_row(existing), False
+            return self._replace(t.conn, existing, spec, planner), True
+
+        return self.db.transaction(tx, name="upsert_job")
+
+    def update(
+        self, name: str, change: Callable[[JobSpec], JobSpec], planner: Planner
+    ) -> tuple[Job, bool]:
+        """Apply ``change`` (which validates, and may raise) to the stored spec."""
+
+        def tx(t: Tx) -> tuple[Job, bool]:
+            take_job_lock(t.conn)
+            existing = self._row(t.conn, name)
+            new = change(rows.spec_from_row(existing))
+            if rows.spec_from_row(existing) == new:
+                return rows.job_from_row(existing), False
+            return self._replace(t.conn, existing, new, planner), True
+
+        return self.db.transaction(tx, name="update_job")
+
+    def delete(self, name: str) -> Job:
+        """Mark deleted (history kept); the name becomes free. A prepared job is
+        taken back from its node; a running one finishes (kill it to stop it)."""
+
+        def tx(t: Tx) -> Job:
+            take_job_lock(t.conn)
+            existing = self._row(t.conn, name)
+            values: dict[str, Any] = {
+                "deleted": True,
+                "active_name": None,
+                "updated_at": func.now(6),
+            }
+            if existing["state"] == JobState.PREPARED.value:
+                values.update(HAND_BACK)
+            t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
+            return self._by_id(t.conn, existing["id"])
+
+        return self.db.transaction(tx, name="delete_job")
+
+    def trigger(self, name: str) -> Job:
+        """Due now, as a fresh slot. A prepared job is taken back from its node first."""
+
+        def tx(t: Tx) -> Job:
+            take_job_lock(t.conn)
+            existing = self._row(t.conn, name)
+            if existing["state"] == JobState.EXECUTING.value:
+                raise Conflict(f"job {name!r} is running", details={"job": name})
+            if existing["paused"]:
+                raise Conflict(f"job {name!r} is paused: resume it first", details={"job": name})
+            now = db_now(t.conn)
+            t.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == existing["id"])
+                .values(
+                    **HAND_BACK,
+                    next_fire_at=rows.to_db(now),
+                    next_slot_at=rows.to_db(now),
+                    next_attempt=1,
+                    updated_at=func.now(6),
+                )
+            )
+            return self._by_id(t.conn, existing["id"])
+
+        return self.db.transaction(tx, name="trigger_job")
+
+    def request_kill(self, name: str) -> Job:
+        def tx(t: Tx) -> Job:
+            take_job_lock(t.conn)
+            existing = self._row(t.conn, name)
+            if existing["state"] != JobState.EXECUTING.value:
+                raise Conflict(f"job {name!r} is not running", details={"job": name})
+            t.conn.execute(
+                update(jobs)
+                .where(jobs.c.id == existing["id"], jobs.c.fire_id == existing["fire_id"])
+                .values(kill_requested=True)
+            )
+            return self._by_id(t.conn, existing["id"])
+
+        return self.db.transaction(tx, name="kill_job")
+
+    def set_paused(self, name: str, paused: bool, planner: Planner) -> Job:
+        """Pause: a prepared job is taken back from its node (a running one finishes).
+        Resume: the next fire is planned from now; slots while paused are not due."""
+
+        def tx(t: Tx) -> Job:
+            take_job_lock(t.conn)
+            existing = self._row(t.conn, name)
+            if bool(existing["paused"]) == paused:
+                return rows.job_from_row(existing)
+            values: dict[str, Any] = {"paused": paused, "updated_at": func.now(6)}
+            if paused and existing["state"] == JobState.PREPARED.value:
+                values.update(HAND_BACK)
+            if not paused and existing["state"] == JobState.IDLE.value:
+                spec = rows.spec_from_row(existing)
+                fire_at = planner(spec, db_now(t.conn))
+                values.update(
+                    next_fire_at=rows.to_db(fire_at), next_slot_at=rows.to_db(fire_at),
+                    next_attempt=1,
+                )
+            t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
+            return self._by_id(t.conn, existing["id"])
+
+        return self.db.transaction(tx, name="pause_job" if paused else "resume_job")
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _find(self, conn: Connection, name: str) -> RowMapping | None:
+        return conn.execute(select(jobs).where(jobs.c.active_name == name)).mappings().first()
+
+    def _by_id(self, conn: Connection, job_id: int) -> Job:
+        return rows.job_from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().one())
+
+    def _insert_values(self, spec: JobSpec, planner: Planner, now: datetime) -> dict[str, Any]:
+        fire_at = planner(spec, now)
+        return {
+            **rows.spec_values(spec),
+            "active_name": spec.name,
+            "state": JobState.IDLE.value,
+            "next_fire_at": rows.to_db(fire_at),
+            "next_slot_at": rows.to_db(fire_at),
+            "next_attempt": 1,
+            "created_at": rows.to_db(now),
+            "updated_at": rows.to_db(now),
+        }
+
+    def _insert(self, conn: Connection, spec: JobSpec, planner: Planner) -> Job:
+        result = conn.execute(jobs.insert().values(**self._insert_values(spec, planner, db_now(conn))))
+        return self._by_id(conn, int(result.inserted_primary_key[0]))
+
+    def _replace(self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: Planner) -> Job:
+        old = rows.spec_from_row(existing)
+        values: dict[str, Any] = {**rows.spec_values(spec), "updated_at": func.now(6)}
+        timing_changed = (old.schedule, old.timezone) != (spec.schedule, spec.timezone)
+        state = existing["state"]
+        if state == JobState.PREPARED.value and (timing_changed or spec.paused or old.tags != spec.tags):
+            values.update(HAND_BACK)
+            state = JobState.IDLE.value
+        if state == JobState.IDLE.value and (timing_changed or (old.paused and not spec.paused)):
+            fire_at = planner(spec, db_now(conn))
+            values.update(
+                next_fire_at=rows.to_db(fire_at), next_slot_at=rows.to_db(fire_at), next_attempt=1
+            )
+        conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
+        return self._by_id(conn, existing["id"])
+
+
+#: Columns that give a prepared job back to the cluster (idle, no owner).
+HAND_BACK: dict[str, Any] = {
+    "state": JobState.IDLE.value,
+    "owner_session": None,
+    "fire_id": None,
+    "prepared_at": None,
+}
+
+__all__ = ["HAND_BACK", "JobFilter", "JobStore", "Planner", "RunFilter"]

@@ -1,0 +1,702 @@
+"""The node's SQL: sessions, heartbeat, prepare, fire, results, hand back, expiry and
+compensation (go-crontab's threads), each one short transaction under the named lock
+rows: the session lock before the job lock, always.
+
+"Exactly once" lives here as database invariants: every transition is checked
+against the state, owner and fire id read under the job lock, and the run row's
+UNIQUE (job_id, planned_at) refuses a second run of a slot. Nothing here spawns a
+process, sleeps or waits on anything but the database while it holds a lock row.
+Each method is idempotent, so the retry loop may run it again after a commit of
+unknown outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from sqlalchemy import bindparam, delete, func, insert, select, text, update
+from sqlalchemy.engine import Connection, RowMapping
+
+from quartzlite.clock import utc
+from quartzlite.enums import JobState, RunStatus
+from quartzlite.errors import SchemaError
+from quartzlite.models import Finished, Fired, JobSpec, Prepared, Reschedule
+from quartzlite.storage import rows
+from quartzlite.storage.engine import Database, RetryPolicy, Tx
+from quartzlite.storage.jobs import HAND_BACK, db_now
+from quartzlite.storage.tables import jobs, locks, runs, sessions
+
+log = logging.getLogger(__name__)
+
+
+class Planner(Protocol):
+    """The node's scheduling decisions, called inside transactions (pure functions)."""
+
+    def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
+        """A job found with slot ``slot_at`` later than its misfire grace."""
+
+    def after_run(self, spec: JobSpec, finished: Finished, now: datetime) -> Reschedule:
+        """Where a job goes once a run ended (retry, next slot, misfire of passed slots)."""
+
+    def recover(
+        self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime
+    ) -> Reschedule:
+        """Where a job goes when its run was abandoned (its node died)."""
+
+    def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
+        """The next slot after ``slot_at``, which must not run (it already ran)."""
+
+
+@dataclass(slots=True)
+class LockStats:
+    """Time spent waiting for lock rows, for metrics."""
+
+    waits: int = 0
+    wait_s: float = 0.0
+    by_name: dict[str, float] = field(default_factory=dict)
+
+
+_SPEC_COLUMNS = [
+    jobs.c.id, jobs.c.name, jobs.c.schedule, jobs.c.timezone, jobs.c.target_kind,
+    jobs.c.command, jobs.c.callable, jobs.c.kwargs, jobs.c.timeout_s, jobs.c.max_attempts,
+    jobs.c.retry_backoff_s, jobs.c.retry_max_backoff_s, jobs.c.misfire_policy,
+    jobs.c.misfire_grace_s, jobs.c.recovery_policy, jobs.c.priority, jobs.c.tags,
+    jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
+    jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Beat:
+    """What one heartbeat learned. ``local_mid`` is the local instant halfway through
+    the one statement that read ``db_now``, so ``db_now - local_mid`` is the offset."""
+
+    alive: bool
+    db_now: datetime
+    local_mid: datetime
+    job_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Owned:
+    job_id: int
+    state: JobState
+    fire_id: str | None
+
+
+class NodeStore:
+    def __init__(self, db: Database, *, node_name: str) -> None:
+        self.db = db
+        self.node_name = node_name
+        self.lock_stats = LockStats()
+
+    # -- locks -------------------------------------------------------------------
+
+    def lock(self, conn: Connection, name: str) -> None:
+        """``SELECT ... FOR UPDATE`` on a named lock row; a missing row is fatal."""
+        started = time.monotonic()
+        found = conn.execute(
+            select(locks.c.name).where(locks.c.name == name).with_for_update()
+        ).first()
+        waited = time.monotonic() - started
+        self.lock_stats.waits += 1
+        self.lock_stats.wait_s += waited
+        self.lock_stats.by_name[name] = self.lock_stats.by_name.get(name, 0.0) + waited
+        if found is None:
+            raise SchemaError(f"lock row {name!r} is missing from ql_locks: refusing to run")
+
+    def bump_job_version(self, conn: Connection) -> None:
+        conn.execute(
+            update(locks).where(locks.c.name == "job").values(version=locks.c.version + 1)
+        )
+
+    # -- sessions ----------------------------------------------------------------
+
+    def register(
+        self, *, session_id: str, host: str, pid: int, capacity: int, tags: Sequence[str],
+        version: str,
+    ) -> datetime:
+        def tx(t: Tx) -> datetime:
+            now = db_now(t.conn)
+            t.conn.execute(
+                insert(sessions).prefix_with("IGNORE").values(
+                    id=session_id, host=host[:255], pid=pid, started_at=rows.to_db(now),
+                    heartbeat_at=rows.to_db(now), capacity=capacity, tags=rows.join_tags(tags),
+                    version=version,
+                )
+            )
+            return now
+
+        return self.db.transaction(tx, name="register_session")
+
+    def heartbeat(
+        self, session_id: str, clock_offset_ms: float, local_now: Callable[[], datetime]
+    ) -> Beat:
+        """Renew our session by the database clock. ``alive`` False: peers evicted us."""
+
+        def tx(t: Tx) -> Beat:
+            renewed = t.conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(heartbeat_at=func.now(6), clock_offset_ms=clock_offset_ms)
+            ).rowcount
+            before = local_now()
+            now, version = t.conn.execute(
+                select(func.now(6), locks.c.version).where(locks.c.name == "job")
+            ).one()
+            after = local_now()
+            # rowcount counts changed rows: a heartbeat within the same microsecond
+            # as the last one would read 0 though the row exists, so look again.
+            if renewed == 0:
+                renewed = len(
+                    t.conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).all()
+                )
+            return Beat(
+                alive=renewed > 0, db_now=utc(now), local_mid=before + (after - before) / 2,
+                job_version=int(version),
+            )
+
+        return self.db.transaction(tx, name="heartbeat", retry=RetryPolicy(deadline_s=0))
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete our session unless it still owns jobs (then peers must recover them)."""
+
+        def tx(t: Tx) -> bool:
+            self.lock(t.conn, "session")
+            self.lock(t.conn, "job")
+            still_owned = t.conn.execute(
+                select(func.count()).select_from(jobs).where(jobs.c.owner_session == session_id)
+            ).scalar_one()
+            if still_owned:
+                return False
+            t.conn.execute(delete(sessions).where(sessions.c.id == session_id))
+            return True
+
+        return self.db.transaction(tx, name="delete_session")
+
+    # -- scan and prepare --------------------------------------------------------
+
+    def earliest_due(self, tag_sets: Sequence[str]) -> datetime | None:
+        """The earliest next fire of a job this node may run (no lock; a hint)."""
+        with self.db.connect() as conn:
+            value = conn.execute(
+                select(jobs.c.next_fire_at)
+                .where(*self._due_filter(tag_sets))
+                .order_by(jobs.c.next_fire_at)
+                .limit(1)
+            ).scalar()
+        return None if value is None else utc(value)
+
+    @staticmethod
+    def _due_filter(tag_sets: Sequence[str]) -> list[Any]:
+        return [
+            jobs.c.state == JobState.IDLE.value,
+            jobs.c.paused.is_(False),
+            jobs.c.deleted.is_(False),
+            jobs.c.next_fire_at.is_not(None),
+            jobs.c.tags.in_(list(tag_sets)),
+        ]
+
+    def prepare_due(
+        self,
+        *,
+        session_id: str,
+        fire_prefix: str,
+        limit: int,
+        tag_sets: Sequence[str],
+        look_ahead_s: float,
+        planner: Planner,
+    ) -> list[Prepared]:
+        """idle -> prepared for the jobs due within the look-ahead that we may run,
+        highest priority first, then earliest. Fire ids are ``fire_prefix + job id``."""
+
+        def tx(t: Tx) -> list[Prepared]:
+            self.lock(t.conn, "job")
+            now = db_now(t.conn)
+            horizon = now + timedelta(seconds=look_ahead_s)
+            found = t.conn.execute(
+                select(*_SPEC_COLUMNS)
+                .where(*self._due_filter(tag_sets), jobs.c.next_fire_at <= rows.to_db(horizon))
+                .order_by(jobs.c.priority.desc(), jobs.c.next_fire_at)
+                .limit(limit)
+            ).mappings().all()
+            result: list[Prepared] = []
+            moved: list[dict[str, Any]] = []
+            missed: list[dict[str, Any]] = []
+            for row in found:
+                spec = rows.spec_from_row(row)
+                fire_at = utc(row["next_fire_at"])
+                slot_at = utc(row["next_slot_at"] or row["next_fire_at"])
+                attempt = row["next_attempt"]
+                if attempt == 1 and fire_at < now - timedelta(seconds=spec.misfire_grace_s):
+                    plan = planner.misfire(spec, slot_at, now)
+                    missed.extend(self._missed_rows(row["id"], spec.name, plan))
+                    moved.append(self._reschedule_values(row["id"], plan))
+                    if plan.fire_at is None or plan.fire_at > horizon or plan.slot_at is None:
+                        continue
+                    fire_at, slot_at, attempt = plan.fire_at, plan.slot_at, plan.attempt
+                result.append(
+                    Prepared(
+                        job_id=row["id"], name=spec.name, fire_id=f"{fire_prefix}{row['id']}",
+                        fire_at=fire_at, slot_at=slot_at, attempt=attempt, spec=spec,
+                    )
+                )
+            if moved:
+                self._reschedule(t.conn, moved)
+            if missed:
+                t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+            if result:
+                t.conn.execute(
+                    update(jobs)
+                    .where(
+                        jobs.c.id.in_([p.job_id for p in result]),
+                        jobs.c.state == JobState.IDLE.value,
+                    )
+                    .values(
+                        state=JobState.PREPARED.value,
+                        owner_session=session_id,
+                        fire_id=func.concat(fire_prefix, jobs.c.id),
+                        prepared_at=func.now(6),
+                    )
+                )
+            if t.after_unknown:
+                result.extend(self._adopt(t.conn, session_id, fire_prefix, result))
+            return result
+
+        return self.db.transaction(tx, name="prepare_due")
+
+    def _adopt(
+        self, conn: Connection, session_id: str, fire_prefix: str, have: list[Prepared]
+    ) -> list[Prepared]:
+        """After a prepare commit of unknown outcome: the rows it did prepare."""
+        known = {p.job_id for p in have}
+        found = conn.execute(
+            select(*_SPEC_COLUMNS).where(
+                jobs.c.owner_session == session_id,
+                jobs.c.state == JobState.PREPARED.value,
+                jobs.c.fire_id.like(fire_prefix.replace("%", r"\%").replace("_", r"\_") + "%"),
+            )
+        ).mappings().all()
+        return [self._prepared_from_row(r) for r in found if r["id"] not in known]
+
+    @staticmethod
+    def _prepared_from_row(row: RowMapping) -> Prepared:
+        return Prepared(
+            job_id=row["id"], name=row["name"], fire_id=row["fire_id"],
+            fire_at=utc(row["next_fire_at"]),
+            slot_at=utc(row["next_slot_at"] or row["next_fire_at"]),
+            attempt=row["next_attempt"], spec=rows.spec_from_row(row),
+        )
+
+    # -- fire --------------------------------------------------------------------
+
+    def fire(
+        self, *, session_id: str, items: Sequence[Prepared], planner: Planner
+    ) -> tuple[list[Fired], list[int]]:
+        """prepared -> executing plus a running run row, for everything due now, in one
+        transaction. Re-checks owner, fire id, paused and deleted under the job lock.
+        Returns the fired runs and the ids of the jobs this node no longer owns; an item
+        not yet due by the database clock is neither (it stays prepared), so a run
+        never starts before its planned instant, whatever our clock estimate says."""
+
+        def tx(t: Tx) -> tuple[list[Fired], list[int]]:
+            self.lock(t.conn, "job")
+            now = db_now(t.conn)
+            current = {
+                r["id"]: r
+                for r in t.conn.execute(
+                    select(*_SPEC_COLUMNS).where(jobs.c.id.in_([p.job_id for p in items]))
+                ).mappings()
+            }
+            to_fire: list[Prepared] = []
+            already: list[Prepared] = []
+            give_back: list[int] = []
+            lost: list[int] = []
+            for item in items:
+                row = current.get(item.job_id)
+                if item.fire_at > now and not (row is not None and row["state"] == JobState.EXECUTING.value):
+                    continue  # not due yet by the database clock
+                if row is None or row["owner_session"] != session_id or row["fire_id"] != item.fire_id:
+                    lost.append(item.job_id)
+                elif row["state"] == JobState.EXECUTING.value:
+                    already.append(item)  # an earlier attempt of this transaction committed
+                elif row["state"] != JobState.PREPARED.value:
+                    lost.append(item.job_id)
+                elif row["paused"] or row["deleted"]:
+                    give_back.append(item.job_id)
+                    lost.append(item.job_id)
+                else:
+                    to_fire.append(item)
+            if give_back:
+                t.conn.execute(
+                    update(jobs).where(jobs.c.id.in_(give_back)).values(**HAND_BACK)
+                )
+            if to_fire:
+                t.conn.execute(
+                    update(jobs)
+                    .where(
+                        jobs.c.id.in_([p.job_id for p in to_fire]),
+                        jobs.c.state == JobState.PREPARED.value,
+                        jobs.c.owner_session == session_id,
+                    )
+                    .values(state=JobState.EXECUTING.value, started_at=rows.to_db(now))
+                )
+                t.conn.execute(
+                    insert(runs).prefix_with("IGNORE"),
+                    [
+                        {
+                            "job_id": p.job_id, "job_name": p.name, "fire_id": p.fire_id,
+                            "planned_at": rows.to_db(p.fire_at), "slot_at": rows.to_db(p.slot_at),
+                            "attempt": p.attempt, "started_at": rows.to_db(now),
+                            "session_id": session_id, "node": self.node_name,
+                            "status": RunStatus.RUNNING.value, "output": "",
+                        }
+                        for p in to_fire
+                    ],
+                )
+            candidates = to_fire + already
+            if not candidates:
+                return [], lost
+            stored = {
+                (r["job_id"], utc(r["planned_at"])): r
+                for r in t.conn.execute(
+                    select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id, runs.c.started_at)
+                    .where(
+                        runs.c.job_id.in_([p.job_id for p in candidates]),
+                        runs.c.planned_at.in_({rows.to_db(p.fire_at) for p in candidates}),
+                    )
+                ).mappings()
+            }
+            fired: list[Fired] = []
+            duplicates: list[Prepared] = []
+            for p in candidates:
+                run = stored.get((p.job_id, p.fire_at))
+                if run is None or run["fire_id"] != p.fire_id:
+                    duplicates.append(p)
+                else:
+                    fired.append(Fired(prepared=p, run_id=run["id"], started_at=utc(run["started_at"])))
+            for p in duplicates:
+                # The slot already has a run (the UNIQUE key refused ours): never run
+                # it again; move the job on to its next slot.
+                log.warning(
+                    "slot %s of job %s already ran; skipping it", p.fire_at.isoformat(), p.name,
+                    extra={"action": "duplicate_refused", "job": p.name},
+                )
+                plan = planner.skip(p.spec, p.fire_at, now)
+                t.conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == p.job_id, jobs.c.fire_id == p.fire_id)
+                    .values(**HAND_BACK, **self._next_values(plan))
+                )
+                lost.append(p.job_id)
+            return fired, lost
+
+        return self.db.transaction(tx, name="fire")
+
+    # -- results -----------------------------------------------------------------
+
+    def complete(
+        self, *, session_id: str, finished: Sequence[Finished], planner: Planner, stop: Any = None
+    ) -> None:
+        """executing -> idle and the run row completed, for a batch of results.
+        Retried until the outcome is known; rows whose fire id moved on are left alone
+        (we already recorded them, or we were evicted and a peer recovered them)."""
+
+        def tx(t: Tx) -> None:
+            self.lock(t.conn, "job")
+            now = db_now(t.conn)
+            current = {
+                r["id"]: r
+                for r in t.conn.execute(
+                    select(*_SPEC_COLUMNS).where(
+                        jobs.c.id.in_([f.fired.prepared.job_id for f in finished])
+                    )
+                ).mappings()
+            }
+            run_values: list[dict[str, Any]] = []
+            job_values: list[dict[str, Any]] = []
+            missed: list[dict[str, Any]] = []
+            for item in finished:
+                p = item.fired.prepared
+                run_values.append(
+                    {
+                        "b_id": item.fired.run_id, "b_fire_id": p.fire_id,
+                        "status": item.outcome.status.value, "ended_at": rows.to_db(item.ended_at),
+                        "exit_code": item.outcome.exit_code, "output": item.outcome.output,
+                        "error": item.outcome.error,
+                    }
+                )
+                row = current.get(p.job_id)
+                if (
+                    row is None
+                    or row["state"] != JobState.EXECUTING.value
+                    or row["fire_id"] != p.fire_id
+                    or row["owner_session"] != session_id
+                ):
+                    continue
+                spec = rows.spec_from_row(row)
+                plan = planner.after_run(spec, item, now)
+                missed.extend(self._missed_rows(p.job_id, spec.name, plan))
+                job_values.append(
+                    {
+                        "b_id": p.job_id, "b_fire_id": p.fire_id,
+                        "last_ended_at": rows.to_db(item.ended_at),
+                        **self._next_values(plan),
+                    }
+                )
+            if run_values:
+                t.conn.execute(
+                    update(runs)
+                    .where(
+                        runs.c.id == bindparam("b_id"),
+                        runs.c.fire_id == bindparam("b_fire_id"),
+                        runs.c.status == RunStatus.RUNNING.value,
+                    )
+                    .values(
+                        status=bindparam("status"), ended_at=bindparam("ended_at"),
+                        exit_code=bindparam("exit_code"), output=bindparam("output"),
+                        error=bindparam("error"),
+                    ),
+                    run_values,
+                )
+            if job_values:
+                t.conn.execute(
+                    update(jobs)
+                    .where(
+                        jobs.c.id == bindparam("b_id"),
+                        jobs.c.fire_id == bindparam("b_fire_id"),
+                        jobs.c.state == JobState.EXECUTING.value,
+                    )
+                    .values(
+                        **HAND_BACK, kill_requested=False,
+                        last_ended_at=bindparam("last_ended_at"),
+                        next_fire_at=bindparam("next_fire_at"),
+                        next_slot_at=bindparam("next_slot_at"),
+                        next_attempt=bindparam("next_attempt"),
+                    ),
+                    job_values,
+                )
+            if missed:
+                t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+
+        self.db.transaction(
+            tx, name="complete_runs", retry=RetryPolicy(deadline_s=None), stop=stop
+        )
+
+    # -- hand back, kill, compensation, expiry ---------------------------------------
+
+    def hand_back(self, session_id: str, job_ids: Sequence[int] | None = None) -> int:
+        """prepared -> idle for our prepared jobs (all, or these), so peers take them
+        at once; bumps the job version so their heartbeats wake their scanners."""
+
+        def tx(t: Tx) -> int:
+            self.lock(t.conn, "job")
+            query = update(jobs).where(
+                jobs.c.owner_session == session_id, jobs.c.state == JobState.PREPARED.value
+            )
+            if job_ids is not None:
+                query = query.where(jobs.c.id.in_(list(job_ids)))
+            count = t.conn.execute(query.values(**HAND_BACK)).rowcount
+            self.bump_job_version(t.conn)
+            return int(count)
+
+        return self.db.transaction(tx, name="hand_back")
+
+    def kill_requests(self, session_id: str) -> list[tuple[int, str]]:
+        with self.db.connect() as conn:
+            return [
+                (r[0], r[1])
+                for r in conn.execute(
+                    select(jobs.c.id, jobs.c.fire_id).where(
+                        jobs.c.owner_session == session_id,
+                        jobs.c.state == JobState.EXECUTING.value,
+                        jobs.c.kill_requested.is_(True),
+                    )
+                )
+            ]
+
+    def owned(self, session_id: str) -> list[Owned]:
+        with self.db.connect() as conn:
+            return [
+                Owned(job_id=r[0], state=JobState(r[1]), fire_id=r[2])
+                for r in conn.execute(
+                    select(jobs.c.id, jobs.c.state, jobs.c.fire_id).where(
+                        jobs.c.owner_session == session_id,
+                        jobs.c.state != JobState.IDLE.value,
+                    )
+                )
+            ]
+
+    def compensate(
+        self,
+        *,
+        session_id: str,
+        in_memory: set[tuple[int, str]],
+        planner: Planner,
+    ) -> tuple[list[Prepared], int]:
+        """Put right what the database says we own but memory does not know (a commit
+        of unknown outcome): a prepared job is adopted into memory (we own it and its
+        fire id); an executing one never started here, so its run is closed as
+        abandoned and the job follows its recovery policy."""
+
+        def tx(t: Tx) -> tuple[list[Prepared], int]:
+            self.lock(t.conn, "job")
+            now = db_now(t.conn)
+            found = t.conn.execute(
+                select(*_SPEC_COLUMNS).where(
+                    jobs.c.owner_session == session_id, jobs.c.state != JobState.IDLE.value
+                )
+            ).mappings().all()
+            strays = [r for r in found if (r["id"], r["fire_id"]) not in in_memory]
+            adopted = [
+                self._prepared_from_row(r) for r in strays if r["state"] == JobState.PREPARED.value
+            ]
+            executing = [r for r in strays if r["state"] == JobState.EXECUTING.value]
+            if executing:
+                self._recover(
+                    t.conn, executing, now, planner,
+                    reason="the node's commit of this fire had an unknown outcome; never started",
+                )
+            return adopted, len(executing)
+
+        return self.db.transaction(tx, name="compensate")
+
+    def expire_sessions(
+        self, *, session_id: str, session_timeout_s: float, planner: Planner
+    ) -> list[str]:
+        """Under the session lock, then the job lock: sessions silent for longer than
+        the timeout (database clock) are deleted; their prepared jobs are handed back,
+        their executing runs closed as abandoned and recovered per policy."""
+        with self.db.connect() as conn:
+            dead_hint = conn.execute(
+                select(sessions.c.id)
+                .where(
+                    sessions.c.heartbeat_at
+                    < func.timestampadd(text("MICROSECOND"), -int(session_timeout_s * 1e6), func.now(6)),
+                    sessions.c.id != session_id,
+                )
+                .limit(1)
+            ).first()
+        if dead_hint is None:
+            return []
+
+        def tx(t: Tx) -> list[str]:
+            self.lock(t.conn, "session")
+            self.lock(t.conn, "job")
+            now = db_now(t.conn)
+            cutoff = now - timedelta(seconds=session_timeout_s)
+            dead = [
+                r[0]
+                for r in t.conn.execute(
+                    select(sessions.c.id).where(
+                        sessions.c.heartbeat_at < rows.to_db(cutoff), sessions.c.id != session_id
+                    )
+                )
+            ]
+            if not dead:
+                return []
+            owned = t.conn.execute(
+                select(*_SPEC_COLUMNS).where(
+                    jobs.c.owner_session.in_(dead), jobs.c.state != JobState.IDLE.value
+                )
+            ).mappings().all()
+            prepared = [r["id"] for r in owned if r["state"] == JobState.PREPARED.value]
+            if prepared:
+                t.conn.execute(update(jobs).where(jobs.c.id.in_(prepared)).values(**HAND_BACK))
+            executing = [r for r in owned if r["state"] == JobState.EXECUTING.value]
+            if executing:
+                self._recover(t.conn, executing, now, planner, reason="its node's session expired")
+            t.conn.execute(delete(sessions).where(sessions.c.id.in_(dead)))
+            self.bump_job_version(t.conn)
+            log.warning(
+                "expired %d session(s) %s: %d prepared job(s) handed back, %d run(s) abandoned",
+                len(dead), ", ".join(dead), len(prepared), len(executing),
+                extra={"action": "sessions_expired"},
+            )
+            return dead
+
+        return self.db.transaction(tx, name="expire_sessions")
+
+    def _recover(
+        self, conn: Connection, executing: Sequence[RowMapping], now: datetime, planner: Planner,
+        *, reason: str,
+    ) -> None:
+        """Close the running runs of these executing jobs as abandoned, then move each
+        job on per its recovery policy (rerun the slot, or skip to the next)."""
+        for row in executing:
+            spec = rows.spec_from_row(row)
+            run = conn.execute(
+                select(runs.c.id, runs.c.slot_at, runs.c.attempt, runs.c.planned_at).where(
+                    runs.c.job_id == row["id"], runs.c.fire_id == row["fire_id"]
+                ).limit(1)
+            ).first()
+            slot_at = utc(run.slot_at) if run is not None else utc(row["next_slot_at"] or now)
+            attempt = run.attempt if run is not None else row["next_attempt"]
+            if run is not None:
+                conn.execute(
+                    update(runs)
+                    .where(runs.c.id == run.id, runs.c.status == RunStatus.RUNNING.value)
+                    .values(
+                        status=RunStatus.ABANDONED.value, ended_at=rows.to_db(now),
+                        error=f"abandoned: {reason}; recovery policy {spec.recovery_policy.value}",
+                    )
+                )
+            plan = planner.recover(spec, slot_at, attempt, now)
+            missed = self._missed_rows(row["id"], spec.name, plan)
+            if missed:
+                conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == row["id"], jobs.c.fire_id == row["fire_id"])
+                .values(**HAND_BACK, kill_requested=False, **self._next_values(plan))
+            )
+
+    # -- helpers -----------------------------------------------------------------
+
+    @staticmethod
+    def _next_values(plan: Reschedule) -> dict[str, Any]:
+        return {
+            "next_fire_at": rows.to_db(plan.fire_at),
+            "next_slot_at": rows.to_db(plan.slot_at),
+            "next_attempt": plan.attempt,
+        }
+
+    def _reschedule_values(self, job_id: int, plan: Reschedule) -> dict[str, Any]:
+        return {"b_id": job_id, **self._next_values(plan)}
+
+    @staticmethod
+    def _reschedule(conn: Connection, values: list[dict[str, Any]]) -> None:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.IDLE.value)
+            .values(
+                next_fire_at=bindparam("next_fire_at"), next_slot_at=bindparam("next_slot_at"),
+                next_attempt=bindparam("next_attempt"),
+            ),
+            values,
+        )
+
+    def _missed_rows(self, job_id: int, name: str, plan: Reschedule) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for i, slot in enumerate(plan.missed):
+            error = plan.missed_reason
+            if plan.missed_more and i == len(plan.missed) - 1:
+                error = f"{error}; and {plan.missed_more} later slot(s) not listed"
+            found.append(
+                {
+                    "job_id": job_id, "job_name": name, "fire_id": None,
+                    "planned_at": rows.to_db(slot), "slot_at": rows.to_db(slot), "attempt": 1,
+                    "session_id": None, "node": self.node_name,
+                    "status": RunStatus.MISSED.value, "output": "", "error": error,
+                }
+            )
+        return found
+
+
+
+__all__ = ["Beat", "LockStats", "NodeStore", "Owned", "Planner"]

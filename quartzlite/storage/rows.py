@@ -1,0 +1,130 @@
+"""Row <-> model mapping; the only place that knows both shapes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from quartzlite.clock import utc
+from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
+from quartzlite.models import Job, JobSpec, Run, Session
+
+
+def join_tags(tags: Iterable[str]) -> str:
+    return ",".join(sorted(set(tags)))
+
+
+def split_tags(value: str | None) -> tuple[str, ...]:
+    return tuple(t for t in (value or "").split(",") if t)
+
+
+def instant(value: datetime | None) -> datetime | None:
+    return None if value is None else utc(value)
+
+
+def to_db(value: datetime | None) -> datetime | None:
+    """Aware datetime -> naive UTC for a DATETIME(6) column."""
+    return None if value is None else utc(value).replace(tzinfo=None)
+
+
+def spec_values(spec: JobSpec) -> dict[str, Any]:
+    """The columns a JobSpec fills."""
+    return {
+        "name": spec.name,
+        "schedule": spec.schedule,
+        "timezone": spec.timezone,
+        "target_kind": spec.target_kind.value,
+        "command": spec.command,
+        "callable": spec.callable,
+        "kwargs": json.dumps(spec.kwargs, sort_keys=True, separators=(",", ":")),
+        "timeout_s": spec.timeout_s,
+        "max_attempts": spec.max_attempts,
+        "retry_backoff_s": spec.retry_backoff_s,
+        "retry_max_backoff_s": spec.retry_max_backoff_s,
+        "misfire_policy": spec.misfire_policy.value,
+        "misfire_grace_s": spec.misfire_grace_s,
+        "recovery_policy": spec.recovery_policy.value,
+        "priority": spec.priority,
+        "tags": join_tags(spec.tags),
+        "description": spec.description,
+        "paused": spec.paused,
+    }
+
+
+def spec_from_row(row: Mapping[str, Any]) -> JobSpec:
+    return JobSpec(
+        name=row["name"],
+        schedule=row["schedule"],
+        timezone=row["timezone"],
+        command=row["command"],
+        callable=row["callable"],
+        kwargs=json.loads(row["kwargs"] or "{}"),
+        timeout_s=row["timeout_s"],
+        max_attempts=row["max_attempts"],
+        retry_backoff_s=row["retry_backoff_s"],
+        retry_max_backoff_s=row["retry_max_backoff_s"],
+        misfire_policy=MisfirePolicy(row["misfire_policy"]),
+        misfire_grace_s=row["misfire_grace_s"],
+        recovery_policy=RecoveryPolicy(row["recovery_policy"]),
+        priority=row["priority"],
+        tags=split_tags(row["tags"]),
+        description=row["description"],
+        paused=bool(row["paused"]),
+    )
+
+
+def job_from_row(row: Mapping[str, Any]) -> Job:
+    return Job(
+        id=row["id"],
+        spec=spec_from_row(row),
+        state=JobState(row["state"]),
+        deleted=bool(row["deleted"]),
+        next_fire_at=instant(row["next_fire_at"]),
+        next_slot_at=instant(row["next_slot_at"]),
+        next_attempt=row["next_attempt"],
+        owner_session=row["owner_session"],
+        fire_id=row["fire_id"],
+        kill_requested=bool(row["kill_requested"]),
+        prepared_at=instant(row["prepared_at"]),
+        started_at=instant(row["started_at"]),
+        last_ended_at=instant(row["last_ended_at"]),
+        created_at=utc(row["created_at"]),
+        updated_at=utc(row["updated_at"]),
+    )
+
+
+def run_from_row(row: Mapping[str, Any]) -> Run:
+    return Run(
+        id=row["id"],
+        job_id=row["job_id"],
+        job_name=row["job_name"],
+        fire_id=row["fire_id"],
+        planned_at=utc(row["planned_at"]),
+        slot_at=utc(row["slot_at"]),
+        attempt=row["attempt"],
+        started_at=instant(row["started_at"]),
+        ended_at=instant(row["ended_at"]),
+        session_id=row["session_id"],
+        node=row["node"],
+        status=RunStatus(row["status"]),
+        exit_code=row["exit_code"],
+        output=row["output"] or "",
+        error=row["error"],
+    )
+
+
+def session_from_row(row: Mapping[str, Any], running: tuple[str, ...] = ()) -> Session:
+    return Session(
+        id=row["id"],
+        host=row["host"],
+        pid=row["pid"],
+        started_at=utc(row["started_at"]),
+        heartbeat_at=utc(row["heartbeat_at"]),
+        clock_offset_ms=row["clock_offset_ms"],
+        capacity=row["capacity"],
+        tags=split_tags(row["tags"]),
+        version=row["version"],
+        running_jobs=running,
+    )

@@ -1,0 +1,145 @@
+"""The schema, in one place. Alembic migrations spell the same columns out by hand;
+tests/migrations checks that ``upgrade head`` builds exactly this metadata and that
+sql/schema.sql matches it.
+
+All instants are ``DATETIME(6)`` in UTC (the node's connections set ``time_zone``
+to ``+00:00`` so ``NOW(6)`` is UTC too).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.mysql import DATETIME, DOUBLE, MEDIUMTEXT
+
+metadata = MetaData()
+
+_TABLE_ARGS = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
+
+def _instant(name: str, nullable: bool = True) -> Column[object]:
+    return Column(name, DATETIME(fsp=6), nullable=nullable)
+
+
+#: Named lock rows taken with ``SELECT ... FOR UPDATE`` (go-crontab's lock table).
+#: ``version`` is bumped by every management write under the job lock, so that a
+#: node's heartbeat sees that jobs changed and wakes its scanner.
+locks = Table(
+    "ql_locks",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("version", BigInteger, nullable=False, server_default=text("0")),
+    **_TABLE_ARGS,
+)
+
+#: The lock names the migration inserts; a node refuses to start without them.
+LOCK_NAMES = ("job", "session")
+
+sessions = Table(
+    "ql_sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    _instant("started_at", nullable=False),
+    _instant("heartbeat_at", nullable=False),
+    Column("clock_offset_ms", DOUBLE(asdecimal=False), nullable=False, server_default=text("0")),
+    Column("capacity", Integer, nullable=False),
+    Column("tags", String(512), nullable=False, server_default=text("''")),
+    Column("version", String(32), nullable=False, server_default=text("''")),
+    Index("ix_ql_sessions_heartbeat", "heartbeat_at"),
+    **_TABLE_ARGS,
+)
+
+jobs = Table(
+    "ql_jobs",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    # ``name`` is kept for history after a delete; ``active_name`` (NULL once
+    # deleted) carries the uniqueness, so a deleted job's name can be used again.
+    Column("name", String(128), nullable=False),
+    Column("active_name", String(128), nullable=True),
+    Column("schedule", String(255), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("target_kind", String(16), nullable=False),
+    Column("command", Text, nullable=True),
+    Column("callable", String(255), nullable=True),
+    Column("kwargs", Text, nullable=False),
+    Column("timeout_s", DOUBLE(asdecimal=False), nullable=True),
+    Column("max_attempts", Integer, nullable=False),
+    Column("retry_backoff_s", DOUBLE(asdecimal=False), nullable=False),
+    Column("retry_max_backoff_s", DOUBLE(asdecimal=False), nullable=False),
+    Column("misfire_policy", String(16), nullable=False),
+    Column("misfire_grace_s", DOUBLE(asdecimal=False), nullable=False),
+    Column("recovery_policy", String(16), nullable=False),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    # Sorted, comma-joined; '' = any node.
+    Column("tags", String(512), nullable=False, server_default=text("''")),
+    Column("description", String(1024), nullable=False, server_default=text("''")),
+    Column("paused", Boolean, nullable=False, server_default=text("0")),
+    Column("deleted", Boolean, nullable=False, server_default=text("0")),
+    # Runtime state (go-crontab): idle -> prepared -> executing -> idle.
+    Column("state", String(16), nullable=False),
+    _instant("next_fire_at"),
+    _instant("next_slot_at"),
+    Column("next_attempt", Integer, nullable=False, server_default=text("1")),
+    Column("owner_session", String(64), nullable=True),
+    Column("fire_id", String(96), nullable=True),
+    Column("kill_requested", Boolean, nullable=False, server_default=text("0")),
+    _instant("prepared_at"),
+    _instant("started_at"),
+    _instant("last_ended_at"),
+    _instant("created_at", nullable=False),
+    _instant("updated_at", nullable=False),
+    UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
+    # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
+    Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),
+    # Compensation, expiry and kill: what a session owns.
+    Index("ix_ql_jobs_owner", "owner_session", "state"),
+    Index("ix_ql_jobs_name", "name"),
+    **_TABLE_ARGS,
+)
+
+runs = Table(
+    "ql_runs",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("job_name", String(128), nullable=False),
+    Column("fire_id", String(96), nullable=True),
+    # The instant this run was planned for: a schedule slot, or for a retry the
+    # instant the retry was due. UNIQUE with the job: a slot can run only once.
+    _instant("planned_at", nullable=False),
+    # The schedule slot this run belongs to (planned_at for a first attempt).
+    _instant("slot_at", nullable=False),
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    _instant("started_at"),
+    _instant("ended_at"),
+    Column("session_id", String(64), nullable=True),
+    Column("node", String(255), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("output", MEDIUMTEXT, nullable=True),
+    Column("error", Text, nullable=True),
+    UniqueConstraint("job_id", "planned_at", name="uq_ql_runs_job_planned"),
+    Index("ix_ql_runs_job_name", "job_name", "id"),
+    Index("ix_ql_runs_status", "status", "planned_at"),
+    Index("ix_ql_runs_session", "session_id", "status"),
+    Index("ix_ql_runs_planned", "planned_at"),
+    **_TABLE_ARGS,
+)
