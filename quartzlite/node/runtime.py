@@ -41,6 +41,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
@@ -113,10 +114,12 @@ def tag_sets(tags: tuple[str, ...]) -> list[str]:
 
 class Node:
     def __init__(self, config: NodeConfig, *, clock: Clock | None = None,
-                 stop_request: StopRequest | None = None) -> None:
+                 stop_request: StopRequest | None = None,
+                 on_started: Callable[[Node], None] | None = None) -> None:
         if len(config.tags) > 8:
             raise SchemaError("a node may have at most 8 tags")
         self.config = config
+        self.on_started = on_started
         self.clock = clock or SystemClock(config.clock_skew_s)
         self.stop_request = stop_request or StopRequest()
         self.session_id = uuid.uuid4().hex
@@ -165,6 +168,20 @@ class Node:
             self.compensator, self.expirer,
         ]
 
+    # -- what others may ask -------------------------------------------------------------
+
+    def is_live(self) -> bool:
+        """True while the session is registered, renewed and not fenced."""
+        return (
+            not self.fenced.is_set()
+            and not self.done.is_set()
+            and self.healthy_since is not None
+            and self.clock.monotonic() - self.last_beat_mono < self.config.fence_after_s
+        )
+
+    def heartbeat_age_s(self) -> float:
+        return self.clock.monotonic() - self.last_beat_mono
+
     # -- time ------------------------------------------------------------------------
 
     def db_now(self) -> datetime:
@@ -202,9 +219,12 @@ class Node:
         )
         for service in self.services:
             service.start()
+        if self.on_started is not None:
+            self.on_started(self)
         try:
             return self._main_loop()
         finally:
+            self.done.set()
             self._dispose()
 
     def _main_loop(self) -> int:
@@ -661,9 +681,17 @@ def _wait_for_database(config: NodeConfig, stop: StopRequest) -> bool:
         db.dispose()
 
 
-def run_node(config: NodeConfig, *, clock: Clock | None = None) -> int:
-    """Run a node in this process until it stops; returns the exit code."""
-    stop = StopRequest()
+def run_node(
+    config: NodeConfig,
+    *,
+    clock: Clock | None = None,
+    on_started: Callable[[Node], None] | None = None,
+    stop: StopRequest | None = None,
+) -> int:
+    """Run a node in this process (signal handlers on the main thread) until it stops;
+    returns the exit code. ``on_started`` is called with each new Node once its
+    session is registered (again after a rejoin)."""
+    stop = stop or StopRequest()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.request()
@@ -671,7 +699,7 @@ def run_node(config: NodeConfig, *, clock: Clock | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     while True:
-        node = Node(config, clock=clock, stop_request=stop)
+        node = Node(config, clock=clock, stop_request=stop, on_started=on_started)
         code = node.run()
         if code == EXIT_FENCED:
             log.error("node fenced: %s", node.fence_reason, extra={"action": "exit_fenced"})
