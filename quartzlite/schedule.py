@@ -78,6 +78,7 @@ _MONTH_NAMES: Final[Mapping[str, int]] = {
 _DAY_NAMES: Final = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _LAST_DATE: Final = date(9998, 12, 1)
 _MICROSECOND: Final = timedelta(microseconds=1)
+_DAY_CACHE_SIZE: Final = 128  # per schedule: the days around the last calls
 
 
 # --------------------------------------------------------------------------------------
@@ -345,7 +346,7 @@ class _Days:
         if hit is not _MISS:
             return hit
         result = self._search(day)
-        if len(self._cache) >= 4096:
+        if len(self._cache) >= _DAY_CACHE_SIZE:
             self._cache.clear()
         self._cache[day] = result
         return result
@@ -858,23 +859,41 @@ class Schedule:
     ``"every"`` and ``"at"``; ``one_shot`` is True for ``@at``.
     """
 
-    __slots__ = ("expression", "timezone", "kind", "one_shot", "_timing", "_zone")
+    __slots__ = ("_expression", "_timezone", "_kind", "_timing", "_zone")
 
-    expression: str
-    timezone: str
-    kind: str
-    one_shot: bool
+    _expression: str
+    _timezone: str
+    _kind: str
     _timing: _Timing
     _zone: ZoneInfo
 
     def __init__(self, *, expression: str, zone: ZoneInfo, kind: str, timing: _Timing) -> None:
         set_ = object.__setattr__
-        set_(self, "expression", expression)
-        set_(self, "timezone", zone.key)
-        set_(self, "kind", kind)
-        set_(self, "one_shot", kind == "at")
+        set_(self, "_expression", expression)
+        set_(self, "_timezone", zone.key)
+        set_(self, "_kind", kind)
         set_(self, "_timing", timing)
         set_(self, "_zone", zone)
+
+    @property
+    def expression(self) -> str:
+        """The expression as given (stripped)."""
+        return self._expression
+
+    @property
+    def timezone(self) -> str:
+        """The IANA timezone name, e.g. ``"UTC"`` or ``"Europe/Berlin"``."""
+        return self._timezone
+
+    @property
+    def kind(self) -> str:
+        """``"cron"`` (5 fields, @-aliases), ``"quartz"`` (6/7 fields), ``"every"`` or ``"at"``."""
+        return self._kind
+
+    @property
+    def one_shot(self) -> bool:
+        """True for ``@at``: it fires at most once."""
+        return self._kind == "at"
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"Schedule is immutable (cannot set {name!r})")
@@ -896,7 +915,15 @@ class Schedule:
     def next_after(self, after: datetime) -> datetime | None:
         """The first fire instant strictly after ``after`` (aware, any timezone), as an aware
         UTC datetime; None when the schedule never fires again."""
-        return self._timing.next_after(_as_utc(after, "after"))
+        moment = _as_utc(after, "after")
+        try:
+            return self._timing.next_after(moment)
+        except OverflowError:  # beyond year 9999
+            return None
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        # Pickle / copy by re-parsing: the croniter object and the lock are not picklable.
+        return parse_schedule, (self.expression, self.timezone)
 
 
 def parse_schedule(expression: str, timezone: str = "UTC") -> Schedule:

@@ -1,0 +1,19 @@
+"""Job bodies the cluster tests schedule (imported by the node processes)."""
+
+from __future__ import annotations
+
+import os
+
+from quartzlite.executors import current_run
+
+
+def record(path: str) -> None:
+    """Append one line per execution: job, planned instant, attempt, node pid."""
+    run = current_run()
+    assert run is not None
+    line = f"{run.job} {run.planned_at.isoformat()} {run.attempt} {os.getpid()}\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

@@ -1,0 +1,92 @@
+"""A TCP proxy between one node and MySQL that a test controls: forward, blackhole
+(connections stay open but no byte passes, like a cut cable), or reject (close all
+connections and refuse new ones)."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+
+class TcpProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port: int = self.listener.getsockname()[1]
+        self.mode = "forward"
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
+
+    def blackhole(self) -> None:
+        self.mode = "blackhole"
+
+    def reject(self) -> None:
+        self.mode = "reject"
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for a, b in pairs:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def forward(self) -> None:
+        self.mode = "forward"
+
+    def close(self) -> None:
+        self._closed.set()
+        self.reject()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.mode == "reject":
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._pairs.append((client, upstream))
+            threading.Thread(
+                target=self._pump, args=(client, upstream), daemon=True, name="proxy-pump"
+            ).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        peers = {a: b, b: a}
+        try:
+            while not self._closed.is_set():
+                try:
+                    ready, _, _ = select.select([a, b], [], [], 0.1)
+                except (OSError, ValueError):
+                    return
+                if self.mode == "reject":
+                    return
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if self.mode == "blackhole":
+                        continue  # swallowed: nothing reaches the other side
+                    peers[sock].sendall(data)
+        except OSError:
+            return
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
