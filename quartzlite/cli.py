@@ -26,11 +26,15 @@ log = logging.getLogger("quartzlite.cli")
 
 
 class UserError(click.ClickException):
-    """A ClickException with our exit codes (2 for validation, 1 otherwise)."""
+    """A failure the user can act on: one line, exit code 1."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    exit_code = 1
+
+
+class InvalidInput(UserError):
+    """Bad input (a ValidationError): one line, exit code 2 like click's usage errors."""
+
+    exit_code = 2
 
 
 class Group(click.Group):
@@ -40,14 +44,14 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except ValidationError as error:
-            raise UserError(error.message, 2) from None
+            raise InvalidInput(error.message) from None
         except QuartzliteError as error:
-            raise UserError(error.message, 1) from None
+            raise UserError(error.message) from None
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except Exception as error:
             log.debug("unexpected error", exc_info=True)
-            raise UserError(f"unexpected error: {type(error).__name__}: {error}", 1) from None
+            raise UserError(f"unexpected error: {type(error).__name__}: {error}") from None
 
 
 def _out(ctx: click.Context) -> Callable[..., None]:
@@ -101,7 +105,7 @@ def _when(value: datetime | None) -> str:
 )
 @click.version_option(package_name="quartzlite")
 @click.pass_context
-def main(ctx: click.Context, database_url: str | None, log_level: str) -> None:
+def main(ctx: click.Context, /, database_url: str | None, log_level: str) -> None:
     """quartzlite: a clustered, Quartz-style job scheduler on MySQL."""
     logging.basicConfig(
         level=log_level.upper(),
@@ -124,7 +128,7 @@ def db() -> None:
 @db.command("upgrade")
 @click.option("--revision", default="head", show_default=True)
 @click.pass_context
-def db_upgrade(ctx: click.Context, revision: str) -> None:
+def db_upgrade(ctx: click.Context, /, revision: str) -> None:
     """Create the database if needed and upgrade the schema."""
     from quartzlite.storage import migrate
 
@@ -136,7 +140,7 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
 @db.command("downgrade")
 @click.argument("revision")
 @click.pass_context
-def db_downgrade(ctx: click.Context, revision: str) -> None:
+def db_downgrade(ctx: click.Context, /, revision: str) -> None:
     """Downgrade the schema to REVISION (``base`` drops every table)."""
     from quartzlite.storage import migrate
 
@@ -224,7 +228,7 @@ def job() -> None:
 @click.argument("name")
 @_spec_options(partial=False)
 @click.pass_context
-def job_add(ctx: click.Context, name: str, **options: Any) -> None:
+def job_add(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Create job NAME (fails when the name exists)."""
     created = _client(ctx).add_job(_spec_data(name, options))
     _print_job(created, options["as_json"], "added")
@@ -234,7 +238,7 @@ def job_add(ctx: click.Context, name: str, **options: Any) -> None:
 @click.argument("name")
 @_spec_options(partial=False)
 @click.pass_context
-def job_put(ctx: click.Context, name: str, **options: Any) -> None:
+def job_put(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Create or replace job NAME; publishing the same definition again changes nothing."""
     stored, changed = _client(ctx).put_job(_spec_data(name, options))
     _print_job(stored, options["as_json"], "changed" if changed else "unchanged")
@@ -244,7 +248,7 @@ def job_put(ctx: click.Context, name: str, **options: Any) -> None:
 @click.argument("name")
 @_spec_options(partial=True)
 @click.pass_context
-def job_update(ctx: click.Context, name: str, **options: Any) -> None:
+def job_update(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Change some fields of job NAME."""
     changes = _spec_data(None, options)
     if not changes:
@@ -255,7 +259,7 @@ def job_update(ctx: click.Context, name: str, **options: Any) -> None:
 @job.command("import")
 @click.argument("file", type=click.File("r"))
 @click.pass_context
-def job_import(ctx: click.Context, file: Any) -> None:
+def job_import(ctx: click.Context, /, file: Any) -> None:
     """Create many jobs at once from a JSON list of job objects (FILE, or - for stdin)."""
     try:
         items = json.load(file)
@@ -276,7 +280,7 @@ def job_import(ctx: click.Context, file: Any) -> None:
 @click.option("--cursor")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def job_list(ctx: click.Context, as_json: bool, **filters: Any) -> None:
+def job_list(ctx: click.Context, /, as_json: bool, **filters: Any) -> None:
     """List jobs, by name."""
     page = _client(ctx).list_jobs(**filters)
     if as_json:
@@ -302,7 +306,7 @@ def job_list(ctx: click.Context, as_json: bool, **filters: Any) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def job_show(ctx: click.Context, name: str, as_json: bool) -> None:
+def job_show(ctx: click.Context, /, name: str, as_json: bool) -> None:
     """Show a job's definition, state, next fire times and last run."""
     view = _client(ctx).describe_job(name)
     data = codec.job_to_dict(view.job)
@@ -326,7 +330,7 @@ def _control(verb: str, method: str, message: str) -> None:
     @click.argument("name")
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_context
-    def command(ctx: click.Context, name: str, as_json: bool) -> None:
+    def command(ctx: click.Context, /, name: str, as_json: bool) -> None:
         _print_job(getattr(_client(ctx), method)(name), as_json, message)
 
     command.__doc__ = f"{verb.capitalize()} job NAME."
@@ -367,7 +371,7 @@ def _print_runs(runs: Sequence[Run], next_cursor: str | None, as_json: bool) -> 
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def job_history(
-    ctx: click.Context, name: str, status: str | None, limit: int, cursor: str | None,
+    ctx: click.Context, /, name: str, status: str | None, limit: int, cursor: str | None,
     show_output: bool, as_json: bool,
 ) -> None:
     """Show the runs of job NAME, newest first."""
@@ -420,7 +424,7 @@ def schedule_preview(
 @main.command("cluster")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def cluster(ctx: click.Context, as_json: bool) -> None:
+def cluster(ctx: click.Context, /, as_json: bool) -> None:
     """Show the nodes: host, pid, last heartbeat, clock offset, running jobs."""
     client = _client(ctx)
     nodes = client.cluster()
@@ -467,7 +471,7 @@ def _node_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def node_config(ctx: click.Context, options: dict[str, Any]) -> NodeConfig:
+def node_config(ctx: click.Context, /, options: dict[str, Any]) -> NodeConfig:
     values = {k: v for k, v in options.items() if v is not None and v != ()}
     if "tags" in values:
         tags: list[str] = []
@@ -480,7 +484,7 @@ def node_config(ctx: click.Context, options: dict[str, Any]) -> NodeConfig:
 @main.command("node")
 @_node_options
 @click.pass_context
-def node(ctx: click.Context, **options: Any) -> None:
+def node(ctx: click.Context, /, **options: Any) -> None:
     """Run one scheduler node until SIGTERM/SIGINT (a second signal stops at once)."""
     from quartzlite.node.runtime import run_node
 

@@ -14,10 +14,13 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
+from quartzlite import auth
 from quartzlite import schedule as schedules
-from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
-from quartzlite.errors import ValidationError
-from quartzlite.models import Job, JobSpec, Page, Run, Session
+from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, Role, RunStatus
+from quartzlite.errors import AuthError, ValidationError
+from quartzlite.models import AuditEntry, Job, JobSpec, Page, Run, Session, Token
+from quartzlite.storage import migrate
+from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.engine import Database
 from quartzlite.storage.jobs import JobFilter, JobStore, RunFilter
 
@@ -234,6 +237,27 @@ def _limit(limit: int) -> int:
     return _integer("limit", limit, low=1, high=MAX_PAGE)
 
 
+#: Audit details (JSON) longer than this are replaced by a note saying so.
+MAX_AUDIT_DETAILS_BYTES = 60_000
+
+
+def _token_name(name: object) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > 64:
+        raise ValidationError(
+            "name", "a token name is 1-64 letters, digits, '.', '_' or '-', starting with a "
+            f"letter or digit: {name!r}",
+        )
+    return name
+
+
+def _role(role: object) -> Role:
+    if isinstance(role, Role):
+        return role
+    if not isinstance(role, str) or role not in {r.value for r in Role}:
+        raise ValidationError("role", f"must be one of {', '.join(r.value for r in Role)}")
+    return Role(role)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobView:
     """A job with what an operator wants next to it."""
@@ -320,7 +344,7 @@ class SchedulerClient:
             tag=tag,
             name_prefix=name_prefix,
         )
-        return self.store.list(flt, limit=_limit(limit), cursor=cursor)
+        return self.store.list_jobs(flt, limit=_limit(limit), cursor=cursor)
 
     def pause_job(self, name: str) -> Job:
         return self.store.set_paused(validate_name(name), True, first_fire)
@@ -380,6 +404,95 @@ class SchedulerClient:
     ) -> list[datetime]:
         count = _integer("count", count, low=1, high=1000)
         return schedules.preview(schedules.parse_schedule(expression, timezone), start, count)
+
+    # -- readiness, API tokens, audit (added for the HTTP API) ----------------------
+
+    def check_ready(self) -> None:
+        """Raise unless the database answers and its schema is at head
+        (:class:`~quartzlite.errors.SchemaError` says to run ``quartzlite db upgrade``)."""
+        migrate.check_ready(self.db)
+
+    def create_token(self, name: str, role: Role | str) -> tuple[Token, str]:
+        """Create an API token; returns it with its secret, which is stored hashed and
+        cannot be shown again. :class:`Conflict` when the name is taken."""
+        name = _token_name(name)
+        secret = auth.new_secret()
+        created = TokenStore(self.db).create(
+            name=name, role=_role(role), token_hash=auth.hash_secret(secret)
+        )
+        assert created is not None
+        return created, secret
+
+    def ensure_token(self, name: str, role: Role | str = Role.ADMIN) -> tuple[Token, str] | None:
+        """Create a token only when none exists (``make run``'s first start); None when
+        one exists already."""
+        name = _token_name(name)
+        secret = auth.new_secret()
+        created = TokenStore(self.db).create(
+            name=name, role=_role(role), token_hash=auth.hash_secret(secret), only_if_none=True
+        )
+        return None if created is None else (created, secret)
+
+    def list_tokens(self) -> list[Token]:
+        return TokenStore(self.db).list()
+
+    def has_tokens(self) -> bool:
+        return TokenStore(self.db).any()
+
+    def revoke_token(self, name: str) -> Token:
+        """Delete a token; requests carrying it are refused from now on."""
+        return TokenStore(self.db).revoke(_token_name(name))
+
+    def authenticate(self, secret: str | None) -> Token:
+        """The token a secret belongs to; :class:`AuthError` when missing or unknown."""
+        if not secret:
+            raise AuthError(
+                "missing API token: send Authorization: Bearer <token>",
+                details={"reason": "missing"},
+            )
+        token = None
+        if auth.looks_like_secret(secret):
+            token = TokenStore(self.db).by_hash(auth.hash_secret(secret))
+        if token is None:
+            raise AuthError("unknown or revoked API token", details={"reason": "unknown"})
+        return token
+
+    def record_audit(
+        self,
+        *,
+        token_name: str,
+        action: str,
+        job_name: str | None = None,
+        client_address: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> AuditEntry:
+        """Append an entry to the audit trail (``details``: JSON-ready; cut when huge)."""
+        encoded = json.dumps(dict(details or {}), sort_keys=True, default=str)
+        if len(encoded.encode()) > MAX_AUDIT_DETAILS_BYTES:
+            encoded = json.dumps({"truncated": True, "bytes": len(encoded.encode())})
+        return AuditStore(self.db).record(
+            token_name=token_name[:64],
+            action=action[:64],
+            job_name=None if job_name is None else job_name[:128],
+            client_address=None if client_address is None else client_address[:64],
+            details=encoded,
+        )
+
+    def list_audit(
+        self,
+        *,
+        job: str | None = None,
+        token: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[AuditEntry]:
+        """The audit trail, newest first."""
+        if since is not None and since.tzinfo is None:
+            raise ValidationError("since", "must include a UTC offset")
+        return AuditStore(self.db).list(
+            job=job, token=token, since=since, limit=_limit(limit), cursor=cursor
+        )
 
     @staticmethod
     def _spec(data: Mapping[str, Any] | JobSpec) -> JobSpec:

@@ -206,8 +206,8 @@ def run_shell(
         return Outcome(status=why, exit_code=code, output=output, error=reason)
     if code == 0:
         return Outcome(status=RunStatus.SUCCEEDED, exit_code=0, output=output)
-    error = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-    return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, error=error)
+    failure = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, error=failure)
 
 
 def resolve(target: str) -> Callable[..., Any]:

@@ -23,7 +23,7 @@ def parsed(expression: str, timezone: str) -> schedules.Schedule:
 def backoff_s(spec: JobSpec, attempt: int, rng: random.Random) -> float:
     """Delay before attempt ``attempt + 1``: exponential, capped, with equal jitter
     (between half and all of the exponential value)."""
-    base = min(spec.retry_backoff_s * (2 ** (attempt - 1)), spec.retry_max_backoff_s)
+    base = min(spec.retry_backoff_s * 2.0 ** (attempt - 1), spec.retry_max_backoff_s)
     return base * (0.5 + rng.random() / 2)
 
 

@@ -93,7 +93,7 @@ class JobStore:
             raise NotFound(f"no job named {name!r}", details={"job": name})
         return row
 
-    def list(self, flt: JobFilter, *, limit: int, cursor: str | None) -> Page[Job]:
+    def list_jobs(self, flt: JobFilter, *, limit: int, cursor: str | None) -> Page[Job]:
         query = select(jobs).where(jobs.c.deleted.is_(False))
         if flt.state is not None:
             query = query.where(jobs.c.state == flt.state.value)
@@ -351,7 +351,9 @@ class JobStore:
 
     def _insert(self, conn: Connection, spec: JobSpec, planner: Planner) -> Job:
         result = conn.execute(jobs.insert().values(**self._insert_values(spec, planner, db_now(conn))))
-        return self._by_id(conn, int(result.inserted_primary_key[0]))
+        key = result.inserted_primary_key
+        assert key is not None
+        return self._by_id(conn, int(key[0]))
 
     def _replace(self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: Planner) -> Job:
         old = rows.spec_from_row(existing)

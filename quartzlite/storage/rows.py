@@ -11,6 +11,9 @@ from quartzlite.clock import utc
 from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
 from quartzlite.models import Job, JobSpec, Run, Session
 
+#: A database row as SQLAlchemy hands it over (RowMapping), or any mapping like it.
+Row = Mapping[Any, Any]
+
 
 def join_tags(tags: Iterable[str]) -> str:
     return ",".join(sorted(set(tags)))
@@ -53,7 +56,7 @@ def spec_values(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def spec_from_row(row: Mapping[str, Any]) -> JobSpec:
+def spec_from_row(row: Row) -> JobSpec:
     return JobSpec(
         name=row["name"],
         schedule=row["schedule"],
@@ -75,7 +78,7 @@ def spec_from_row(row: Mapping[str, Any]) -> JobSpec:
     )
 
 
-def job_from_row(row: Mapping[str, Any]) -> Job:
+def job_from_row(row: Row) -> Job:
     return Job(
         id=row["id"],
         spec=spec_from_row(row),
@@ -95,7 +98,7 @@ def job_from_row(row: Mapping[str, Any]) -> Job:
     )
 
 
-def run_from_row(row: Mapping[str, Any]) -> Run:
+def run_from_row(row: Row) -> Run:
     return Run(
         id=row["id"],
         job_id=row["job_id"],
@@ -115,7 +118,7 @@ def run_from_row(row: Mapping[str, Any]) -> Run:
     )
 
 
-def session_from_row(row: Mapping[str, Any], running: tuple[str, ...] = ()) -> Session:
+def session_from_row(row: Row, running: tuple[str, ...] = ()) -> Session:
     return Session(
         id=row["id"],
         host=row["host"],

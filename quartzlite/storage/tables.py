@@ -8,6 +8,8 @@ to ``+00:00`` so ``NOW(6)`` is UTC too).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -25,7 +27,7 @@ from sqlalchemy.dialects.mysql import DATETIME, DOUBLE, MEDIUMTEXT
 
 metadata = MetaData()
 
-_TABLE_ARGS = {
+_TABLE_ARGS: dict[str, Any] = {
     "mysql_engine": "InnoDB",
     "mysql_charset": "utf8mb4",
     "mysql_collate": "utf8mb4_bin",
@@ -141,5 +143,39 @@ runs = Table(
     Index("ix_ql_runs_status", "status", "planned_at"),
     Index("ix_ql_runs_session", "session_id", "status"),
     Index("ix_ql_runs_planned", "planned_at"),
+    **_TABLE_ARGS,
+)
+
+#: API tokens. Only the sha256 (hex) of a secret is kept; the secret is shown once.
+tokens = Table(
+    "ql_tokens",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    _instant("created_at", nullable=False),
+    UniqueConstraint("name", name="uq_ql_tokens_name"),
+    # Every authenticated request looks its token up by hash.
+    UniqueConstraint("token_hash", name="uq_ql_tokens_hash"),
+    **_TABLE_ARGS,
+)
+
+#: One row per write made through the HTTP API (who, what, which job, from where).
+audit = Table(
+    "ql_audit",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    _instant("recorded_at", nullable=False),
+    Column("token_name", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("job_name", String(128), nullable=True),
+    Column("client_address", String(64), nullable=True),
+    # A JSON object.
+    Column("details", Text, nullable=False),
+    # Paging is newest first by id; these serve the job and token filters.
+    Index("ix_ql_audit_job_name", "job_name", "id"),
+    Index("ix_ql_audit_token_name", "token_name", "id"),
+    Index("ix_ql_audit_recorded", "recorded_at"),
     **_TABLE_ARGS,
 )
