@@ -62,12 +62,14 @@ def current_run() -> RunContext | None:
 class RunHandle:
     """Control of one running attempt: kill it (gracefully or at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_group: Callable[[int, bool], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._kill = threading.Event()
         self.reason: str | None = None
         self.force = False
         self.pgid: int | None = None
+        #: Told (pgid, True) when a process group starts and (pgid, False) when it is gone.
+        self.on_group = on_group
 
     def kill(self, reason: str, *, force: bool = False) -> None:
         with self._lock:
@@ -150,6 +152,8 @@ def run_shell(
     with handle._lock:  # noqa: SLF001 - the handle and the runner share the group id
         handle.pgid = proc.pid
         force = handle.force
+    if handle.on_group is not None:
+        handle.on_group(proc.pid, True)
     if force:
         _signal_group(proc.pid, signal.SIGKILL)
     assert proc.stdout is not None
@@ -200,6 +204,8 @@ def run_shell(
         if proc.poll() is None:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
+        if handle.on_group is not None:
+            handle.on_group(proc.pid, False)
     code = proc.returncode
     output = tail.text()
     if why is not None:

@@ -38,6 +38,8 @@ import logging
 import os
 import queue
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -50,7 +52,7 @@ from quartzlite import __version__
 from quartzlite.clock import Clock, SystemClock
 from quartzlite.config import NodeConfig
 from quartzlite.enums import RunStatus, TargetKind
-from quartzlite.errors import QuartzliteError, SchemaError, StoreError, TransientStoreError
+from quartzlite.errors import Fenced, QuartzliteError, SchemaError, StoreError, TransientStoreError
 from quartzlite.executors import RunContext, RunHandle, run_callable, run_shell
 from quartzlite.models import Finished, Fired, Outcome, Prepared
 from quartzlite.node.planning import SchedulePlanner
@@ -112,6 +114,46 @@ def tag_sets(tags: tuple[str, ...]) -> list[str]:
     return found
 
 
+class GuardLink:
+    """The node's end of the pipe to its guard process (see :mod:`quartzlite.node.guard`)."""
+
+    def __init__(self, fence_after_s: float) -> None:
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "quartzlite.node.guard", repr(fence_after_s)],
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def send(self, line: str) -> None:
+        with self._lock:
+            stdin = self.proc.stdin
+            if stdin is None or stdin.closed:
+                return
+            try:
+                stdin.write(line.encode() + b"\n")
+                stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+
+    def group(self, pgid: int, started: bool) -> None:
+        self.send(f"{'add' if started else 'del'} {pgid}")
+
+    def close(self, *, kill: bool = False) -> None:
+        self.send("kill" if kill else "exit")
+        with self._lock:
+            if self.proc.stdin is not None:
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 class Node:
     def __init__(self, config: NodeConfig, *, clock: Clock | None = None,
                  stop_request: StopRequest | None = None,
@@ -151,6 +193,7 @@ class Node:
         self.stopping = False
         self.done = threading.Event()
         self.crashed: tuple[str, BaseException] | None = None
+        self.guard: GuardLink | None = None
         self.offset_s = 0.0
         self.last_beat_mono = self.clock.monotonic()
         self.healthy_since: float | None = None
@@ -211,6 +254,7 @@ class Node:
             return EXIT_ERROR
         self.offset_s = (started - self.clock.now()).total_seconds()
         self.last_beat_mono = self.clock.monotonic()
+        self.guard = GuardLink(self.config.fence_after_s)
         log.info(
             "node %s started: session %s, capacity %d, tags %s",
             self.node_name, self.session_id, self.config.capacity,
@@ -263,6 +307,8 @@ class Node:
         executions = list(self.executing.values())
         for execution in executions:
             execution.handle.kill("node fenced", force=True)
+        if self.guard is not None:
+            self.guard.send("kill")
         log.error(
             "FENCED: %s; killed %d running job(s) and dropped %d prepared; a peer will "
             "take the work over once this session expires",
@@ -289,6 +335,8 @@ class Node:
             service.stop()
         for execution in list(self.executing.values()):
             execution.handle.kill("node stopped at once (second signal)", force=True)
+        if self.guard is not None:
+            self.guard.send("kill")
         return EXIT_FORCED
 
     def _graceful_stop(self) -> int:
@@ -341,6 +389,9 @@ class Node:
     def _dispose(self) -> None:
         for service in self.services:
             service.stop()
+        if self.guard is not None:
+            # Whatever still runs now must not outlive the node.
+            self.guard.close(kill=bool(self.executing) or self.fenced.is_set())
         self.db.dispose()
         self.hb_db.dispose()
 
@@ -348,7 +399,7 @@ class Node:
 
     def start_execution(self, fired: Fired) -> None:
         """Called under the mutex after the fire commit: run it in a thread of its own."""
-        handle = RunHandle()
+        handle = RunHandle(on_group=self.guard.group if self.guard is not None else None)
         execution = Execution(fired=fired, handle=handle)
         self.executing[fired.prepared.job_id] = execution
         thread = threading.Thread(
@@ -440,6 +491,8 @@ class _Heartbeat(_NodeService):
         node.offset_s = (beat.db_now - beat.local_mid).total_seconds()
         # Count from when we sent it: the database stamped it no earlier than that.
         node.last_beat_mono = sent_mono
+        if node.guard is not None:
+            node.guard.send("beat")
         if node.healthy_since is None:
             node.healthy_since = sent_mono
         if beat.job_version != node.job_version:
@@ -489,11 +542,15 @@ class _Scanner(_NodeService):
             if node.fenced.is_set() or self.stopping:
                 return None
             prefix = f"{node.session_id}:{next(node._batches)}:"
-            found = node.store.prepare_due(
-                session_id=node.session_id, fire_prefix=prefix, limit=free,
-                tag_sets=node.tag_sets, look_ahead_s=node.config.look_ahead_s,
-                planner=node.planner,
-            )
+            try:
+                found = node.store.prepare_due(
+                    session_id=node.session_id, fire_prefix=prefix, limit=free,
+                    tag_sets=node.tag_sets, look_ahead_s=node.config.look_ahead_s,
+                    planner=node.planner,
+                )
+            except Fenced as error:
+                node.fence(error.message)
+                return None
             for p in found:
                 node.prepared[p.job_id] = p
         if found:

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
-from quartzlite.errors import SchemaError
+from quartzlite.errors import Fenced, SchemaError
 from quartzlite.models import Finished, Fired, JobSpec, Prepared, Reschedule
 from quartzlite.storage import rows
 from quartzlite.storage.engine import Database, RetryPolicy, Tx
@@ -217,6 +217,10 @@ class NodeStore:
 
         def tx(t: Tx) -> list[Prepared]:
             self.lock(t.conn, "job")
+            # Expiry deletes sessions only while holding the job lock, which we hold:
+            # if our row exists now, it exists until we commit.
+            if t.conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).first() is None:
+                raise Fenced("our session is gone: peers expired it")
             now = db_now(t.conn)
             horizon = now + timedelta(seconds=look_ahead_s)
             found = t.conn.execute(
@@ -573,7 +577,7 @@ class NodeStore:
         the timeout (database clock) are deleted; their prepared jobs are handed back,
         their executing runs closed as abandoned and recovered per policy."""
         with self.db.connect() as conn:
-            dead_hint = conn.execute(
+            hint = conn.execute(
                 select(sessions.c.id)
                 .where(
                     sessions.c.heartbeat_at
@@ -581,8 +585,9 @@ class NodeStore:
                     sessions.c.id != session_id,
                 )
                 .limit(1)
+                .union_all(self._orphan_owners().limit(1))
             ).first()
-        if dead_hint is None:
+        if hint is None:
             return []
 
         def tx(t: Tx) -> list[str]:
@@ -598,6 +603,9 @@ class NodeStore:
                     )
                 )
             ]
+            # Jobs owned by a session row that no longer exists (deleted by hand, say)
+            # are recovered the same way.
+            dead += [r[0] for r in t.conn.execute(self._orphan_owners().limit(100))]
             if not dead:
                 return []
             owned = t.conn.execute(
@@ -657,6 +665,16 @@ class NodeStore:
             )
 
     # -- helpers -----------------------------------------------------------------
+
+    @staticmethod
+    def _orphan_owners() -> Any:
+        """Owners of prepared/executing jobs that have no session row (via the owner index)."""
+        return (
+            select(jobs.c.owner_session)
+            .select_from(jobs.outerjoin(sessions, sessions.c.id == jobs.c.owner_session))
+            .where(jobs.c.owner_session.is_not(None), sessions.c.id.is_(None))
+            .distinct()
+        )
 
     @staticmethod
     def _next_values(plan: Reschedule) -> dict[str, Any]:
