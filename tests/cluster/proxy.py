@@ -18,6 +18,8 @@ class TcpProxy:
         self.listener.listen(64)
         self.port: int = self.listener.getsockname()[1]
         self.mode = "forward"
+        self.cut_commits = 0  # how many more COMMITs to cut right after sending them
+        self.commits_cut = 0
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._closed = threading.Event()
@@ -39,6 +41,16 @@ class TcpProxy:
 
     def forward(self) -> None:
         self.mode = "forward"
+
+    def cut_next_commit(self, count: int = 1) -> None:
+        """Let the next ``count`` COMMITs reach the server, then cut their connection
+        before the reply: the client cannot know whether they committed."""
+        with self._lock:
+            self.cut_commits += count
+
+    def _is_commit(self, data: bytes) -> bool:
+        # A MySQL packet: 3-byte length, 1-byte sequence, then COM_QUERY (0x03) + SQL.
+        return len(data) > 5 and data[4] == 0x03 and data[5:].strip().upper().startswith(b"COMMIT")
 
     def close(self) -> None:
         self._closed.set()
@@ -82,6 +94,12 @@ class TcpProxy:
                     if self.mode == "blackhole":
                         continue  # swallowed: nothing reaches the other side
                     peers[sock].sendall(data)
+                    if sock is a and self.cut_commits and self._is_commit(data):
+                        with self._lock:
+                            if self.cut_commits:
+                                self.cut_commits -= 1
+                                self.commits_cut += 1
+                                return  # the server got it; the reply never comes back
         except OSError:
             return
         finally:
