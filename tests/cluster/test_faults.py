@@ -461,7 +461,9 @@ def test_long_job_on_a_gracefully_stopped_node_is_recorded_once(
         other.signal(signal.SIGTERM)
         assert other.wait(60) == 0
     runs = db.rows("SELECT status, output, ended_at FROM ql_runs WHERE job_name='long'")
-    assert len(runs) == 1 and runs[0].status == "succeeded" and "done" in runs[0].output
+    assert len(runs) == 1
+    assert runs[0].status == "succeeded"
+    assert "done" in runs[0].output
     assert marker.read_text().count("start") == 1, "never run twice"
     assert db.live_sessions() == 0
     report = check(db, f"graceful stop with a {seconds} s job running", jobs=[], start=stopped_at,

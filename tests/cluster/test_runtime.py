@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from quartzlite.client import SchedulerClient
 from tests.cluster.harness import ROOT, Db, nodes, pid_alive, wait_until
+from tests.cluster.invariants import executions, whole_seconds
 from tests.cluster.proxy import TcpProxy
 
 pytestmark = pytest.mark.cluster
@@ -27,17 +28,6 @@ pytestmark = pytest.mark.cluster
 
 def db_now(db: Db) -> datetime:
     return db.scalar("SELECT NOW(6)").replace(tzinfo=UTC)
-
-
-def executions(path: Path) -> Counter[tuple[str, datetime]]:
-    """(job, planned instant) -> how many times the job body actually ran."""
-    found: Counter[tuple[str, datetime]] = Counter()
-    if not path.exists():
-        return found
-    for line in path.read_text().splitlines():
-        job, planned, _attempt, _pid = line.split()
-        found[(job, datetime.fromisoformat(planned))] += 1
-    return found
 
 
 def recorder(name: str, path: Path, schedule: str = "* * * * * ?", **extra: Any) -> dict[str, Any]:
@@ -50,13 +40,6 @@ def recorder(name: str, path: Path, schedule: str = "* * * * * ?", **extra: Any)
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-def slots(start: datetime, end: datetime) -> list[datetime]:
-    """Whole seconds in [start, end)."""
-    first = start.replace(microsecond=0) + (timedelta(seconds=1) if start.microsecond else timedelta())
-    count = int((end - first).total_seconds())
-    return [first + timedelta(seconds=i) for i in range(max(0, count))]
 
 
 def utc(value: datetime) -> datetime:
@@ -98,7 +81,7 @@ def test_three_nodes_run_every_slot_exactly_once(
     assert set(per_job.values()) == {30}, per_job.most_common(3)
     assert {r.status for r in rows} == {"succeeded"}
     ran = executions(log)
-    window = [(j, s) for j in per_job for s in slots(t0, t1)]
+    window = [(j, s) for j in per_job for s in whole_seconds(t0, t1)]
     assert all(ran[key] == 1 for key in window), [k for k in window if ran[k] != 1][:5]
     assert len({r.node for r in rows}) == 3, "all three nodes took part"
     lateness = [(r.started_at - r.planned_at).total_seconds() for r in rows]
@@ -108,7 +91,6 @@ def test_three_nodes_run_every_slot_exactly_once(
         "p99_ms": percentile(lateness, 0.99) * 1000, "max_ms": max(lateness) * 1000,
     }
     print(f"\n(a) 3 nodes x 100 every-second jobs x 30 s lateness: {json.dumps(report)}")
-    (ROOT / ".pytest-lateness.json").write_text(json.dumps(report))
     db.close()
 
 
@@ -181,7 +163,7 @@ def test_sigkill_node_work_moves_to_survivors(
         a=t0.replace(tzinfo=None), b=t1.replace(tzinfo=None),
     )
     by_slot = Counter((r.job_name, utc(r.slot_at)) for r in rows)
-    expected = [(f"k-{i:02d}", s) for i in range(30) for s in slots(t0, t1)]
+    expected = [(f"k-{i:02d}", s) for i in range(30) for s in whole_seconds(t0, t1)]
     missing = [k for k in expected if by_slot[k] == 0]
     assert not missing, f"slots neither run nor recorded: {missing[:5]}"
     assert max(by_slot.values()) == 1, "a slot has two rows"
@@ -321,7 +303,9 @@ def test_failed_runs_are_retried_with_backoff(db_url: str, client: SchedulerClie
     assert 0.5 - 0.05 <= gap1 <= 1.0 + 0.2
     assert 1.0 - 0.05 <= gap2 <= 2.0 + 0.2
     job = client.get_job("flaky")
-    assert job.next_attempt == 1 and job.next_fire_at is not None and job.next_fire_at.year > 2026
+    assert job.next_attempt == 1
+    assert job.next_fire_at is not None
+    assert job.next_fire_at.year > 2026
     db.close()
 
 
@@ -390,7 +374,8 @@ def test_pause_and_delete_of_a_prepared_job_are_honoured(
                    message="target prepared")
         if action == "pause":
             job = client.pause_job("target")
-            assert job.state.value == "idle" and job.owner_session is None
+            assert job.state.value == "idle"
+            assert job.owner_session is None
         else:
             client.delete_job("target")
         wait_until(lambda: any(k[0] == "sentinel" for k in executions(log)), timeout=60,
