@@ -24,7 +24,8 @@ run: venv db
 	$(Q) job put demo --schedule '@every 10s' \
 		--command 'echo "hello from $$QUARTZLITE_JOB, planned $$QUARTZLITE_PLANNED_AT"' \
 		--description 'demo job added by make run'
-	exec $(Q) node
+	$(Q) token ensure-admin --name make-run
+	exec $(Q) serve
 
 lint: venv
 	$(VENV)/bin/ruff check quartzlite tests migrations
@@ -41,3 +42,24 @@ unit: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: schema-sql
+# sql/schema.sql (plain DDL for DBAs) from quartzlite.storage.tables; tests/migrations
+# fails when it drifts from the alembic migrations.
+schema-sql: venv
+	$(PY) scripts/gen_schema_sql.py
+
+# The fault suite's long variants (more kills, more cut commits, more racing writes,
+# minutes-long jobs). Their quick variants run in `make test`.
+LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_job"
+
+test-faults: venv db
+	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)
+
+.PHONY: reliability-report
+# docs/reliability.md from a real run of the whole fault suite (long variants).
+reliability-report: venv db
+	rm -f .reliability.jsonl
+	QUARTZLITE_FAULTS_LONG=1 QUARTZLITE_FAULT_REPORT=$(CURDIR)/.reliability.jsonl \
+		$(PY) -m pytest -q tests/cluster/test_faults.py
+	$(PY) scripts/reliability_report.py .reliability.jsonl docs/reliability.md
