@@ -10,6 +10,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import create_engine, exc, pool, select, text
 from sqlalchemy.engine import make_url
 
@@ -78,6 +79,8 @@ def upgrade(database_url: str, revision: str = "head") -> None:
         command.upgrade(alembic_config(database_url), revision)
     except exc.DBAPIError as error:
         raise StoreError(f"migration failed: {error.orig}") from error
+    except CommandError as error:  # e.g. an unknown revision, given or in the database
+        raise SchemaError(f"cannot upgrade to {revision}: {error}") from error
 
 
 def downgrade(database_url: str, revision: str) -> None:
@@ -85,6 +88,8 @@ def downgrade(database_url: str, revision: str) -> None:
         command.downgrade(alembic_config(database_url), revision)
     except exc.DBAPIError as error:
         raise StoreError(f"migration failed: {error.orig}") from error
+    except CommandError as error:
+        raise SchemaError(f"cannot downgrade to {revision}: {error}") from error
 
 
 def current_revision(db: Database) -> str | None:
