@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -18,7 +20,7 @@ import click
 
 from quartzlite import codec
 from quartzlite.client import SchedulerClient
-from quartzlite.config import NodeConfig, database_url_from_env
+from quartzlite.config import ApiConfig, NodeConfig, database_url_from_env
 from quartzlite.errors import QuartzliteError, ValidationError
 from quartzlite.models import Job, Run
 
@@ -59,8 +61,15 @@ def _out(ctx: click.Context) -> Callable[..., None]:
 
 
 def _client(ctx: click.Context) -> SchedulerClient:
-    obj = ctx.find_root().obj
+    root = ctx.find_root()
+    obj = root.obj
     if obj.get("client") is None:
+        if root.get_parameter_source("log_level") is click.core.ParameterSource.DEFAULT:
+            # A one-shot command: its retries while the database is away are not news;
+            # the error that ends them is (one line). --log-level INFO shows them.
+            storage_log = logging.getLogger("quartzlite.storage")
+            root.call_on_close(lambda level=storage_log.level: storage_log.setLevel(level))
+            storage_log.setLevel(logging.WARNING)
         obj["client"] = SchedulerClient(obj["database_url"])
         ctx.find_root().call_on_close(obj["client"].close)
     client: SchedulerClient = obj["client"]
@@ -318,6 +327,10 @@ def job_show(ctx: click.Context, /, name: str, as_json: bool) -> None:
     for key, value in data.items():
         if key in ("upcoming", "last_run"):
             continue
+        if isinstance(value, list):  # tags: a,b (not a Python repr)
+            value = ",".join(map(str, value)) or None
+        elif isinstance(value, dict):  # kwargs: as JSON
+            value = json.dumps(value)
         click.echo(f"{key:>20}: {'-' if value is None else value}")
     click.echo(f"{'upcoming':>20}: " + (", ".join(_when(t) for t in view.upcoming) or "-"))
     run = view.last_run
@@ -489,6 +502,159 @@ def node(ctx: click.Context, /, **options: Any) -> None:
     from quartzlite.node.runtime import run_node
 
     sys.exit(run_node(node_config(ctx, options)))
+
+
+# -- api, serve, token ---------------------------------------------------------------
+
+
+def _api_options(*, prefixed: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--api-host/--api-port/--api-threads (plus --host/--port/--threads for ``api``)."""
+
+    def names(name: str) -> tuple[str, ...]:
+        return (f"--api-{name}",) if prefixed else (f"--{name}", f"--api-{name}")
+
+    opts = [
+        click.option(*names("host"), "api_host", envvar="QUARTZLITE_API_HOST", default=None,
+                     show_envvar=True, help="address to listen on [default: 127.0.0.1]; "
+                     "non-loopback only once an API token exists"),
+        click.option(*names("port"), "api_port", type=int, envvar="QUARTZLITE_API_PORT",
+                     default=None, show_envvar=True, help="TCP port [default: 8080]"),
+        click.option(*names("threads"), "api_threads", type=int,
+                     envvar="QUARTZLITE_API_THREADS", default=None, show_envvar=True,
+                     help="WSGI worker threads [default: 8]"),
+    ]
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+
+    return wrap
+
+
+def _api_config(api_host: str | None, api_port: int | None, api_threads: int | None) -> ApiConfig:
+    return ApiConfig.from_env(host=api_host, port=api_port, threads=api_threads)
+
+
+@main.command("api")
+@_api_options(prefixed=False)
+@click.pass_context
+def api(
+    ctx: click.Context, /, api_host: str | None, api_port: int | None, api_threads: int | None
+) -> None:
+    """Serve the HTTP API (no node) until SIGTERM/SIGINT."""
+    from quartzlite.api import create_app
+    from quartzlite.api.server import ApiServer, check_bind
+
+    config = _api_config(api_host, api_port, api_threads)
+    client = _client(ctx)
+    check_bind(config.host, client)
+    server = ApiServer(create_app(client), config)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    while not stop.wait(0.5):
+        if not server.running:
+            raise UserError("the API server stopped unexpectedly (see the log)")
+    server.stop()
+
+
+@main.command("serve")
+@_node_options
+@_api_options(prefixed=True)
+@click.pass_context
+def serve(
+    ctx: click.Context, /, api_host: str | None, api_port: int | None, api_threads: int | None,
+    **options: Any,
+) -> None:
+    """Run a node and the HTTP API in one process until SIGTERM/SIGINT.
+
+    The node runs on the main thread, the API in a thread; /readyz answers 200 once
+    the node's session is live, and the API stops when the node stops."""
+    from quartzlite.api import create_app, set_node
+    from quartzlite.api.server import ApiServer, check_bind
+    from quartzlite.node.runtime import run_node
+
+    node_cfg = node_config(ctx, options)
+    api_cfg = _api_config(api_host, api_port, api_threads)
+    client = _client(ctx)
+    check_bind(api_cfg.host, client)
+    app = create_app(client, expect_node=True)
+    server = ApiServer(app, api_cfg)
+    server.start()
+    try:
+        code = run_node(node_cfg, on_started=lambda started: set_node(app, started))
+    finally:
+        set_node(app, None)
+        server.stop()
+    sys.exit(code)
+
+
+@main.group()
+def token() -> None:
+    """API tokens: shown once when created, stored hashed."""
+
+
+@token.command("create")
+@click.option("--name", required=True, help="a name for the token (who or what uses it)")
+@click.option("--role", type=click.Choice(["admin", "viewer"]), required=True,
+              help="admin: everything; viewer: read only")
+@click.pass_context
+def token_create(ctx: click.Context, /, name: str, role: str) -> None:
+    """Create a token and print its secret (on stdout, alone) this one time."""
+    created, secret = _client(ctx).create_token(name, role)
+    click.echo(
+        f"created {created.role.value} token {created.name!r}; the secret below is shown "
+        "only this once:", err=True,
+    )
+    click.echo(secret)
+
+
+@token.command("ensure-admin")
+@click.option("--name", default="admin", show_default=True)
+@click.pass_context
+def token_ensure_admin(ctx: click.Context, /, name: str) -> None:
+    """Create an admin token only if no token exists (``make run``'s first start)."""
+    result = _client(ctx).ensure_token(name)
+    if result is None:
+        click.echo("an API token exists already (`quartzlite token list`); none created")
+        return
+    created, secret = result
+    config = ApiConfig.from_env()
+    click.echo(
+        f"created admin API token {created.name!r}; it is shown only this once, keep it:\n"
+        f"    {secret}\n"
+        f"use it as: curl -H 'Authorization: Bearer {secret}' "
+        f"http://{config.host}:{config.port}/api/v1/jobs"
+    )
+
+
+@token.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def token_list(ctx: click.Context, /, as_json: bool) -> None:
+    """List the tokens (names and roles; secrets are never shown again)."""
+    tokens = _client(ctx).list_tokens()
+    if as_json:
+        _echo_json([{"name": t.name, "role": t.role.value, "created_at": codec.iso(t.created_at)}
+                    for t in tokens])
+        return
+    click.echo(_table(["name", "role", "created"],
+                      [[t.name, t.role.value, _when(t.created_at)] for t in tokens]))
+
+
+@token.command("revoke")
+@click.argument("name")
+@click.pass_context
+def token_revoke(ctx: click.Context, /, name: str) -> None:
+    """Revoke token NAME: requests carrying it are refused from now on."""
+    revoked = _client(ctx).revoke_token(name)
+    click.echo(f"revoked token {revoked.name!r}")
 
 
 if __name__ == "__main__":  # pragma: no cover

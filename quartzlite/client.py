@@ -65,7 +65,10 @@ def _string(field: str, value: object, *, max_len: int, allow_empty: bool = Fals
 def _number(field: str, value: object, *, low: float, high: float, low_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValidationError(field, f"must be a number, not {_type_name(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the range of a float
+        number = math.inf if value > 0 else -math.inf
     if math.isnan(number) or math.isinf(number):
         raise ValidationError(field, "must be a finite number")
     if (number <= low if low_open else number < low) or number > high:
@@ -182,7 +185,11 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
     if not isinstance(kwargs, dict):
         raise ValidationError("kwargs", f"must be an object, not {_type_name(kwargs)}")
     try:
-        encoded = json.dumps(kwargs, allow_nan=False)
+        # Keep kwargs as they come back from storage (JSON: string keys, lists for
+        # tuples), so that re-publishing the same definition compares equal, and so
+        # that storage's sorted encoding cannot fail on keys of mixed types.
+        kwargs = json.loads(json.dumps(kwargs, allow_nan=False))
+        encoded = json.dumps(kwargs, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as error:
         raise ValidationError("kwargs", f"must be JSON-serialisable: {error}") from None
     if len(encoded.encode()) > MAX_KWARGS_BYTES:
@@ -292,17 +299,27 @@ class SchedulerClient:
     def add_jobs(self, items: Sequence[Mapping[str, Any] | JobSpec]) -> int:
         """Create many jobs in one transaction (the bulk path); all or nothing."""
         specs = []
-        seen: set[str] = set()
+        positions: dict[str, int] = {}
         for index, item in enumerate(items):
             try:
                 spec = self._spec(item)
             except ValidationError as error:
                 raise ValidationError(f"jobs[{index}].{error.field}", error.reason) from None
-            if spec.name in seen:
+            if spec.name in positions:
                 raise ValidationError(f"jobs[{index}].name", f"{spec.name!r} appears twice")
-            seen.add(spec.name)
+            positions[spec.name] = index
             specs.append(spec)
-        return self.store.add_many(specs, first_fire)
+
+        def plan(spec: JobSpec, now: datetime) -> datetime | None:
+            # Planning happens inside the transaction (it needs the database's now);
+            # an error there (an @at in the past) still names the item.
+            try:
+                return first_fire(spec, now)
+            except ValidationError as error:
+                index = positions[spec.name]
+                raise ValidationError(f"jobs[{index}].{error.field}", error.reason) from None
+
+        return self.store.add_many(specs, plan)
 
     def put_job(self, data: Mapping[str, Any] | JobSpec) -> tuple[Job, bool]:
         """Create or replace by name (idempotent). Returns (job, changed)."""

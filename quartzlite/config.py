@@ -143,3 +143,38 @@ def _coerce(name: str, type_: Any, raw: str) -> Any:
             f"QUARTZLITE_{name.upper()}", f"cannot read {raw!r} as {kind}"
         ) from None
     return raw
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiConfig:
+    """How the HTTP API listens (``quartzlite api`` and ``quartzlite serve``).
+
+    Environment: ``QUARTZLITE_API_HOST``, ``QUARTZLITE_API_PORT``, ``QUARTZLITE_API_THREADS``.
+    """
+
+    #: Address to listen on. Default 127.0.0.1. Any address other than a loopback one
+    #: is refused while no API token exists (``quartzlite token create``).
+    host: str = "127.0.0.1"
+    #: TCP port. Default 8080 (0 = any free port).
+    port: int = 8080
+    #: Worker threads of the WSGI server (waitress). Default 8.
+    threads: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host.strip():
+            raise ValidationError("api_host", "must not be empty")
+        if not 0 <= self.port <= 65535:
+            raise ValidationError("api_port", "must be between 0 and 65535")
+        if not 1 <= self.threads <= 256:
+            raise ValidationError("api_threads", "must be between 1 and 256")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> ApiConfig:
+        """Defaults, then ``QUARTZLITE_API_*`` variables, then ``overrides`` (None = unset)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = os.environ.get(f"QUARTZLITE_API_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = _coerce(f"api_{f.name}", f.type, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

@@ -73,17 +73,17 @@ def database_url(server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def db_url(database_url: str) -> Iterator[str]:
+def db_url(database_url: str) -> str:
     """The session's database with every table emptied (lock rows kept)."""
-    from quartzlite.storage.tables import jobs, locks, runs, sessions
+    from quartzlite.storage.tables import audit, jobs, locks, runs, sessions, tokens
 
     engine = create_engine(database_url)
     with engine.begin() as conn:
-        for table in (runs, jobs, sessions):
+        for table in (runs, jobs, sessions, tokens, audit):
             conn.execute(delete(table))
         conn.execute(update(locks).values(version=0))
     engine.dispose()
-    yield database_url
+    return database_url
 
 
 @pytest.fixture
@@ -92,7 +92,6 @@ def client(db_url: str) -> Iterator[object]:
 
     c = SchedulerClient(db_url)
     yield c
-    pool = c.db.engine.pool
-    checked_out = pool.checkedout()  # type: ignore[attr-defined]
+    checked_out = c.db.checked_out()
     c.close()
     assert checked_out == 0, f"{checked_out} connection(s) still checked out"

@@ -117,18 +117,26 @@ class Database:
                 f"innodb_lock_wait_timeout={int(lock_wait_timeout_s)}"
             ),
         }
-        self.engine: Engine = create_engine(
-            parsed.set(drivername="mysql+pymysql"),
-            pool_pre_ping=True,
-            pool_size=pool_size,
-            max_overflow=pool_size,
-            pool_recycle=3600,
-            isolation_level="READ COMMITTED",
-            connect_args=connect_args,
-        )
+        # Two pools: transactions (READ COMMITTED; every use ends in an explicit COMMIT
+        # or ROLLBACK, so the pool need not reset connections on return), and
+        # autocommit reads and the heartbeat (no BEGIN/COMMIT/ROLLBACK at all). Every
+        # statement quartzlite sends is one it means to send.
+        common: dict[str, Any] = {
+            "pool_pre_ping": True,  # COM_PING, not a statement
+            "pool_size": pool_size,
+            "max_overflow": pool_size,
+            "pool_recycle": 3600,
+            "pool_reset_on_return": None,
+            "connect_args": connect_args,
+        }
+        target = parsed.set(drivername="mysql+pymysql")
+        self.engine: Engine = create_engine(target, isolation_level="READ COMMITTED", **common)
+        self.auto: Engine = create_engine(target, isolation_level="AUTOCOMMIT", **common)
         self.statements = 0
         self._count_lock = threading.Lock()
-        event.listen(self.engine, "before_cursor_execute", self._count)
+        for engine in (self.engine, self.auto):
+            event.listen(engine, "before_cursor_execute", self._count)
+            event.listen(engine, "commit", self._count)
 
     def _count(self, *_: Any) -> None:
         with self._count_lock:
@@ -136,15 +144,28 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        self.auto.dispose()
+
+    def checked_out(self) -> int:
+        """Connections currently lent out by both pools (0 when nobody holds one)."""
+        return sum(e.pool.checkedout() for e in (self.engine, self.auto))  # type: ignore[attr-defined]
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
-        """A plain connection (autocommit off; commit yourself), errors mapped."""
+        """An autocommit connection for reads, errors mapped (no retry)."""
         try:
-            with self.engine.connect() as conn:
+            with self.auto.connect() as conn:
                 yield conn
         except exc.DBAPIError as error:
             raise self._map(error) from error
+
+    def read(
+        self, fn: Callable[[Connection], T], *, retry: RetryPolicy | None = None,
+        stop: threading.Event | None = None, name: str = "read",
+    ) -> T:
+        """Run ``fn`` on an autocommit connection (reads, single-statement writes)
+        with the retry loop of :meth:`transaction`."""
+        return self._run(lambda tx: fn(tx.conn), self.auto, False, retry, stop, name)
 
     def transaction(
         self,
@@ -159,6 +180,17 @@ class Database:
         Raises :class:`TransientStoreError` when the deadline passes (or ``stop``
         is set) while the database keeps failing.
         """
+        return self._run(fn, self.engine, True, retry, stop, name)
+
+    def _run(
+        self,
+        fn: Callable[[Tx], T],
+        engine: Engine,
+        commit: bool,
+        retry: RetryPolicy | None,
+        stop: threading.Event | None,
+        name: str,
+    ) -> T:
         policy = retry or RetryPolicy()
         started = time.monotonic()
         backoff = policy.first_backoff_s
@@ -168,14 +200,15 @@ class Database:
             attempt += 1
             committing = False
             try:
-                with self.engine.connect() as conn:
+                with engine.connect() as conn:
                     try:
                         result = fn(Tx(conn=conn, after_unknown=after_unknown, attempt=attempt))
-                        committing = True
-                        conn.commit()
+                        if commit:
+                            committing = True
+                            conn.commit()
                         return result
                     except BaseException:
-                        if not committing:
+                        if commit and not committing:
                             _quiet_rollback(conn)
                         raise
             except exc.DBAPIError as error:

@@ -1,0 +1,54 @@
+"""The HTTP API: a Flask app factory with one blueprint per resource.
+
+Views parse the request, call :class:`~quartzlite.client.SchedulerClient` and
+serialize; they hold no SQL and no try/except. Errors become one JSON shape in
+:mod:`quartzlite.api.errors`; tokens, roles and the audit trail are
+:mod:`quartzlite.api.auth`; :mod:`quartzlite.api.server` serves the app with waitress.
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from quartzlite import __version__
+from quartzlite.client import SchedulerClient
+
+from . import audit, auth, cluster, errors, health, jobs, openapi, runs, schedule
+from .context import EXTENSION, ApiState, NodeView
+from .metrics import build_registry
+
+API_PREFIX = "/api/v1"
+#: Largest request body accepted (bytes); larger ones get 413. Default 1 MiB.
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def create_app(
+    client: SchedulerClient,
+    *,
+    node: NodeView | None = None,
+    expect_node: bool = False,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Flask:
+    """An app serving ``client``. ``node``: the node of this process, for /readyz and
+    /metrics (``serve``); ``expect_node``: /readyz fails until :func:`set_node` gives one."""
+    app = Flask("quartzlite.api")
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    state = ApiState(client=client, node=node, expect_node=expect_node)
+    state.registry = build_registry(state, __version__)
+    app.extensions[EXTENSION] = state
+    errors.register(app)
+    auth.register(app)
+    app.register_blueprint(health.bp)
+    for module in (jobs, runs, cluster, schedule, audit, openapi):
+        app.register_blueprint(module.bp, url_prefix=API_PREFIX)
+    return app
+
+
+def set_node(app: Flask, node: NodeView | None) -> None:
+    """Give the app this process's (new) node: ``serve`` calls it from ``on_started``."""
+    state: ApiState = app.extensions[EXTENSION]
+    state.node = node
+
+
+__all__ = ["API_PREFIX", "MAX_BODY_BYTES", "NodeView", "create_app", "set_node"]

@@ -1,0 +1,474 @@
+"""The OpenAPI 3.1 document of the API, as a Python dict, served at
+/api/v1/openapi.json (without a token). tests/api checks it against the live app with
+schemathesis, so a route and its description cannot drift apart silently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify
+
+from quartzlite import __version__
+from quartzlite.client import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_S,
+    MAX_COMMAND_BYTES,
+    MAX_PAGE,
+    MAX_TAGS,
+    MAX_TIMEOUT_S,
+)
+from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
+
+from .auth import public
+
+bp = Blueprint("openapi", __name__)
+
+Schema = dict[str, Any]
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+TAG_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
+CALLABLE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    if "$ref" in schema:
+        return {"anyOf": [schema, {"type": "null"}]}
+    kind = schema["type"]
+    return {**schema, "type": [kind, "null"]}
+
+
+INSTANT: Schema = {"type": "string", "format": "date-time"}
+
+
+def _values(enum: Any) -> list[str]:
+    return [e.value for e in enum]
+
+
+#: The fields a user writes (quartzlite.models.JobSpec), with the client's limits.
+JOB_FIELDS: dict[str, Schema] = {
+    "name": {"type": "string", "pattern": NAME_PATTERN, "description": "unique; the key"},
+    "schedule": {
+        "type": "string", "minLength": 1, "maxLength": 255,
+        "description": "5/6/7-field cron, Quartz cron (? L W #), '@every 90s', '@at ISO-8601'",
+        "examples": ["*/5 * * * *", "@every 90s"],
+    },
+    "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
+    "command": nullable({
+        "type": "string", "minLength": 1, "maxLength": MAX_COMMAND_BYTES,
+        "description": "shell command run with bash -c (give this or callable)",
+    }),
+    "callable": nullable({
+        "type": "string", "pattern": CALLABLE_PATTERN, "maxLength": 255,
+        "description": "package.module:function (give this or command)",
+    }),
+    "kwargs": {"type": "object", "description": "keyword arguments of the callable"},
+    "timeout_s": nullable({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S}),
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS, "default": 1},
+    "retry_backoff_s": {"type": "number", "minimum": 0, "maximum": MAX_BACKOFF_S, "default": 1.0},
+    "retry_max_backoff_s": {
+        "type": "number", "minimum": 0, "maximum": MAX_BACKOFF_S, "default": 300.0,
+    },
+    "misfire_policy": {"type": "string", "enum": _values(MisfirePolicy), "default": "fire_once"},
+    "misfire_grace_s": {"type": "number", "minimum": 0, "maximum": MAX_BACKOFF_S, "default": 60.0},
+    "recovery_policy": {"type": "string", "enum": _values(RecoveryPolicy), "default": "rerun"},
+    "priority": {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0},
+    "tags": {
+        "type": "array", "maxItems": MAX_TAGS,
+        "items": {"type": "string", "pattern": TAG_PATTERN},
+        "description": "the job runs only on nodes having all of these tags",
+    },
+    "description": {"type": "string", "maxLength": 1024, "default": ""},
+    "paused": {"type": "boolean", "default": False},
+}
+
+
+def _job_input(required: list[str], description: str, *, min_properties: int = 0) -> Schema:
+    schema: Schema = {
+        "type": "object",
+        "description": description,
+        "properties": JOB_FIELDS,
+        "additionalProperties": False,
+    }
+    if required:
+        schema["required"] = required
+    if min_properties:
+        schema["minProperties"] = min_properties
+    return schema
+
+
+def _page(item: str) -> Schema:
+    return {
+        "type": "object",
+        "required": ["items", "next_cursor"],
+        "properties": {
+            "items": {"type": "array", "items": ref(item)},
+            "next_cursor": nullable({
+                "type": "string", "description": "pass as ?cursor= for the next page; null on the last",
+            }),
+        },
+    }
+
+
+def _object(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Schema:
+    return {
+        "type": "object",
+        "required": [name for name in properties if name not in optional],
+        "properties": properties,
+    }
+
+
+SCHEMAS: dict[str, Schema] = {
+    "JobInput": {
+        **_job_input(["name", "schedule"], "A new job (POST /jobs)."),
+        "examples": [
+            {"name": "nightly-report", "schedule": "30 2 * * *", "timezone": "Europe/Paris",
+             "command": "echo report", "timeout_s": 600, "tags": ["reports"]},
+            {"name": "heartbeat", "schedule": "@every 90s", "command": "true", "paused": True},
+        ],
+    },
+    "JobReplace": {
+        **_job_input(
+            ["schedule"], "A whole job definition (PUT /jobs/{name}); name optional, must match."
+        ),
+        "examples": [{"schedule": "0 */6 * * *", "command": "echo replaced", "max_attempts": 3}],
+    },
+    "JobChanges": {
+        **_job_input([], "Some fields of a job (PATCH); the rest stay.", min_properties=1),
+        "examples": [{"description": "changed"}, {"schedule": "@every 5m"}],
+    },
+    "Job": _object({
+        "name": {"type": "string"},
+        "schedule": {"type": "string"},
+        "timezone": {"type": "string"},
+        "command": nullable({"type": "string"}),
+        "callable": nullable({"type": "string"}),
+        "kwargs": {"type": "object"},
+        "timeout_s": nullable({"type": "number"}),
+        "max_attempts": {"type": "integer"},
+        "retry_backoff_s": {"type": "number"},
+        "retry_max_backoff_s": {"type": "number"},
+        "misfire_policy": JOB_FIELDS["misfire_policy"],
+        "misfire_grace_s": {"type": "number"},
+        "recovery_policy": JOB_FIELDS["recovery_policy"],
+        "priority": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "description": {"type": "string"},
+        "paused": {"type": "boolean"},
+        "id": {"type": "integer"},
+        "state": {"type": "string", "enum": _values(JobState)},
+        "deleted": {"type": "boolean"},
+        "next_fire_at": nullable(INSTANT),
+        "next_attempt": {"type": "integer"},
+        "owner_session": nullable({"type": "string"}),
+        "fire_id": nullable({"type": "string"}),
+        "kill_requested": {"type": "boolean"},
+        "prepared_at": nullable(INSTANT),
+        "started_at": nullable(INSTANT),
+        "last_ended_at": nullable(INSTANT),
+        "created_at": INSTANT,
+        "updated_at": INSTANT,
+    }),
+    "JobDetail": {
+        "allOf": [
+            ref("Job"),
+            _object({
+                "owner_node": nullable({"type": "string", "description": "host:pid"}),
+                "upcoming": {"type": "array", "items": INSTANT},
+                "last_run": nullable(ref("Run")),
+            }),
+        ],
+    },
+    "Run": _object(
+        {
+            "id": {"type": "integer"},
+            "job": {"type": "string"},
+            "job_id": {"type": "integer"},
+            "fire_id": nullable({"type": "string"}),
+            "planned_at": INSTANT,
+            "slot_at": INSTANT,
+            "attempt": {"type": "integer"},
+            "started_at": nullable(INSTANT),
+            "ended_at": nullable(INSTANT),
+            "lateness_ms": nullable({"type": "number"}),
+            "session_id": nullable({"type": "string"}),
+            "node": nullable({"type": "string", "description": "host:pid"}),
+            "status": {"type": "string", "enum": _values(RunStatus)},
+            "exit_code": nullable({"type": "integer"}),
+            "error": nullable({"type": "string"}),
+            "output": {"type": "string", "description": "the output tail (GET /runs/{id} only)"},
+        },
+        optional=("output",),
+    ),
+    "Node": _object({
+        "id": {"type": "string", "description": "the session id"},
+        "name": {"type": "string", "description": "host:pid, as runs name it"},
+        "host": {"type": "string"},
+        "pid": {"type": "integer"},
+        "started_at": INSTANT,
+        "heartbeat_at": INSTANT,
+        "heartbeat_age_s": {"type": "number", "description": "by the database clock"},
+        "clock_offset_ms": {"type": "number", "description": "database clock minus node clock"},
+        "capacity": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "version": {"type": "string"},
+        "running_jobs": {"type": "array", "items": {"type": "string"}},
+    }),
+    "Cluster": _object({"now": INSTANT, "nodes": {"type": "array", "items": ref("Node")}}),
+    "AuditEntry": _object({
+        "id": {"type": "integer"},
+        "at": INSTANT,
+        "token": {"type": "string"},
+        "action": {"type": "string", "description": "the endpoint, e.g. jobs.create"},
+        "job": nullable({"type": "string"}),
+        "client_address": nullable({"type": "string"}),
+        "details": {"type": "object", "description": "method, path, status, error, body"},
+    }),
+    "JobPage": _page("Job"),
+    "RunPage": _page("Run"),
+    "AuditPage": _page("AuditEntry"),
+    "Preview": _object({
+        "schedule": {"type": "string"},
+        "timezone": {"type": "string"},
+        "from": INSTANT,
+        "times": {"type": "array", "items": INSTANT},
+    }),
+    "Health": _object({"status": {"type": "string", "enum": ["ok"]}}),
+    "Ready": _object({
+        "status": {"type": "string", "enum": ["ready"]},
+        "checks": {"type": "object", "additionalProperties": {"type": "string"}},
+    }),
+    "Error": _object({
+        "error": _object({
+            "code": {"type": "string", "examples": ["validation_error", "not_found"]},
+            "message": {"type": "string"},
+            "details": {
+                "type": "object",
+                "description": "for validation errors: field and reason",
+                "properties": {"field": {"type": "string"}, "reason": {"type": "string"}},
+            },
+        }),
+    }),
+}
+
+ERROR_TEXT = {
+    400: "Invalid input: details.field names the field, details.reason says why",
+    401: "No token, or an unknown or revoked one",
+    403: "The token's role may not do this (viewers only read)",
+    404: "No such job, run or route",
+    409: "Conflict: the name exists, the job runs (trigger) or does not run (kill)",
+    413: "The body is larger than the limit (1 MiB)",
+    503: "The database is unavailable (retry) or, for /readyz, not ready",
+}
+
+
+def _json(schema: Schema, description: str) -> Schema:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+#: What a client can do next with the job a response names (OpenAPI links).
+JOB_LINKS: dict[str, Schema] = {
+    f"{operation}": {"operationId": operation, "parameters": {"name": "$response.body#/name"}}
+    for operation in ("getJob", "updateJob", "deleteJob", "pauseJob", "resumeJob", "triggerJob",
+                      "killJob", "listJobRuns")
+}
+
+
+def _linked(response: Schema) -> Schema:
+    return {**response, "links": JOB_LINKS}
+
+
+def _errors(*statuses: int) -> dict[str, Schema]:
+    out = {str(s): _json(ref("Error"), ERROR_TEXT[s]) for s in statuses}
+    out["default"] = _json(ref("Error"), "Any other error, in the same shape")
+    return out
+
+
+def _param(name: str, where: str, schema: Schema, description: str, *, required: bool = False) -> Schema:
+    return {"name": name, "in": where, "required": required or where == "path",
+            "schema": schema, "description": description}
+
+
+JOB_NAME = _param("name", "path", {"type": "string", "pattern": NAME_PATTERN}, "the job's name")
+LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE,
+                                  "default": 100}, "page size")
+CURSOR = _param("cursor", "query", {"type": "string"}, "next_cursor of the previous page")
+RUN_FILTERS = [
+    _param("status", "query", {"type": "string", "enum": _values(RunStatus)}, "run status"),
+    _param("since", "query", INSTANT, "planned at or after (with offset, e.g. ...Z)"),
+    _param("until", "query", INSTANT, "planned before (with offset)"),
+    LIMIT,
+    CURSOR,
+]
+WRITE = (400, 401, 403, 404, 409, 503)
+
+
+def _op(operation_id: str, summary: str, responses: dict[str, Schema], *,
+        tag: str, parameters: list[Schema] | None = None, body: Schema | None = None,
+        public_: bool = False) -> Schema:
+    op: Schema = {"operationId": operation_id, "summary": summary, "tags": [tag],
+                  "responses": responses}
+    if parameters:
+        op["parameters"] = parameters
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    if public_:
+        op["security"] = []
+    return op
+
+
+def _control(verb: str, summary: str, status: int, conflict: bool) -> Schema:
+    codes = (400, 401, 403, 404, 409, 503) if conflict else (400, 401, 403, 404, 503)
+    return {"parameters": [JOB_NAME], "post": _op(
+        f"{verb}Job", summary, {str(status): _json(ref("Job"), "The job"), **_errors(*codes)},
+        tag="jobs",
+    )}
+
+
+PATHS: dict[str, Schema] = {
+    "/api/v1/jobs": {
+        "post": _op("createJob", "Create a job", {
+            "201": _linked(_json(ref("Job"), "Created")),
+            **_errors(400, 401, 403, 409, 413, 503),
+        }, tag="jobs", body=ref("JobInput")),
+        "get": _op("listJobs", "List jobs by name", {
+            "200": _json(ref("JobPage"), "A page of jobs"), **_errors(400, 401, 503),
+        }, tag="jobs", parameters=[
+            _param("state", "query", {"type": "string", "enum": _values(JobState)}, "job state"),
+            _param("paused", "query", {"type": "boolean"}, "paused or active jobs only"),
+            _param("tag", "query", {"type": "string"}, "jobs having this tag"),
+            _param("prefix", "query", {"type": "string"}, "names starting with this"),
+            LIMIT,
+            CURSOR,
+        ]),
+    },
+    "/api/v1/jobs/{name}": {
+        "parameters": [JOB_NAME],
+        "get": _op("getJob", "A job: definition, state, next fire times, owner node, last run", {
+            "200": _json(ref("JobDetail"), "The job"), **_errors(400, 401, 404, 503),
+        }, tag="jobs"),
+        "put": _op("putJob", "Create or replace a job (idempotent)", {
+            "200": _linked(_json(ref("Job"), "Replaced (or unchanged)")),
+            "201": _linked(_json(ref("Job"), "Created")),
+            **_errors(400, 401, 403, 409, 413, 503),
+        }, tag="jobs", body=ref("JobReplace")),
+        "patch": _op("updateJob", "Change some fields of a job", {
+            "200": _json(ref("Job"), "Changed"), **_errors(400, 401, 403, 404, 409, 413, 503),
+        }, tag="jobs", body=ref("JobChanges")),
+        "delete": _op("deleteJob", "Delete a job (its runs stay in the history)", {
+            "200": _json(ref("Job"), "Deleted"), **_errors(*WRITE),
+        }, tag="jobs"),
+    },
+    "/api/v1/jobs/{name}/pause": _control("pause", "Pause a job", 200, False),
+    "/api/v1/jobs/{name}/resume": _control("resume", "Resume a job", 200, False),
+    "/api/v1/jobs/{name}/trigger": _control(
+        "trigger", "Run a job now (409 while it runs or is paused)", 202, True),
+    "/api/v1/jobs/{name}/kill": _control(
+        "kill", "Kill the running run of a job (409 when none runs)", 202, True),
+    "/api/v1/jobs/{name}/runs": {
+        "parameters": [JOB_NAME],
+        "get": _op("listJobRuns", "Runs of a job, newest first", {
+            "200": _json(ref("RunPage"), "A page of runs"), **_errors(400, 401, 503),
+        }, tag="runs", parameters=RUN_FILTERS),
+    },
+    "/api/v1/runs": {
+        "get": _op("listRuns", "Runs, newest first", {
+            "200": _json(ref("RunPage"), "A page of runs"), **_errors(400, 401, 503),
+        }, tag="runs", parameters=[
+            _param("job", "query", {"type": "string"}, "job name"),
+            _param("node", "query", {"type": "string"}, "node (host:pid) or session id"),
+            *RUN_FILTERS,
+        ]),
+    },
+    "/api/v1/runs/{id}": {
+        "parameters": [_param("id", "path", {"type": "integer", "minimum": 1}, "run id")],
+        "get": _op("getRun", "A run, with the tail of its output", {
+            "200": _json(ref("Run"), "The run"), **_errors(400, 401, 404, 503),
+        }, tag="runs"),
+    },
+    "/api/v1/cluster": {
+        "get": _op("getCluster", "The nodes of the cluster", {
+            "200": _json(ref("Cluster"), "Every registered node"), **_errors(401, 503),
+        }, tag="cluster"),
+    },
+    "/api/v1/schedule/preview": {
+        "get": _op("previewSchedule", "The next fire instants of a schedule", {
+            "200": _json(ref("Preview"), "The instants"), **_errors(400, 401, 503),
+        }, tag="schedule", parameters=[
+            _param("schedule", "query", {"type": "string", "minLength": 1,
+                                         "examples": ["*/15 * * * *", "@every 1h"]},
+                   "expression", required=True),
+            _param("timezone", "query", {"type": "string"}, "IANA timezone (default UTC)"),
+            _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 1000,
+                                      "default": 10}, "how many instants"),
+            _param("from", "query", INSTANT, "start after this instant (default: now)"),
+        ]),
+    },
+    "/api/v1/audit": {
+        "get": _op("listAudit", "The audit trail of API writes, newest first (admins)", {
+            "200": _json(ref("AuditPage"), "A page of entries"), **_errors(400, 401, 403, 503),
+        }, tag="audit", parameters=[
+            _param("job", "query", {"type": "string"}, "entries about this job"),
+            _param("token", "query", {"type": "string"}, "entries made with this token"),
+            _param("since", "query", INSTANT, "recorded at or after"),
+            LIMIT,
+            CURSOR,
+        ]),
+    },
+    "/api/v1/openapi.json": {
+        "get": _op("getOpenApi", "This document", {
+            "200": {"description": "OpenAPI 3.1", "content": {"application/json": {
+                "schema": {"type": "object"}}}},
+        }, tag="meta", public_=True),
+    },
+    "/healthz": {
+        "get": _op("healthz", "The process answers", {
+            "200": _json(ref("Health"), "Alive"), **_errors(),
+        }, tag="meta", public_=True),
+    },
+    "/readyz": {
+        "get": _op("readyz", "Ready: database answers, schema at head, node live (serve)", {
+            "200": _json(ref("Ready"), "Ready"),
+            "503": _json(ref("Error"), "Not ready: details.checks says why"),
+        }, tag="meta", public_=True),
+    },
+    "/metrics": {
+        "get": _op("metrics", "Prometheus metrics (text format)", {
+            "200": {"description": "Prometheus text exposition",
+                    "content": {"text/plain": {"schema": {"type": "string"}}}},
+        }, tag="meta", public_=True),
+    },
+}
+
+DOCUMENT: Schema = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "quartzlite",
+        "version": __version__,
+        "description": (
+            "Operate a quartzlite cluster: jobs (keyed by name), runs, nodes. Every request "
+            "under /api/v1 except this document needs `Authorization: Bearer <token>` "
+            "(`quartzlite token create`); viewers may only read. Errors are "
+            "`{\"error\": {\"code\", \"message\", \"details\"}}`."
+        ),
+    },
+    "servers": [{"url": "/"}],
+    "security": [{"bearerAuth": []}],
+    "tags": [{"name": t} for t in ("jobs", "runs", "cluster", "schedule", "audit", "meta")],
+    "paths": PATHS,
+    "components": {
+        "schemas": SCHEMAS,
+        "securitySchemes": {
+            "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "qlt_ token"},
+        },
+    },
+}
+
+
+@bp.get("/openapi.json")
+@public
+def document() -> Response:
+    return jsonify(DOCUMENT)

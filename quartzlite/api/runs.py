@@ -1,0 +1,61 @@
+"""/api/v1/runs and /api/v1/jobs/{name}/runs: the history, newest first."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from quartzlite import codec
+from quartzlite.client import validate_name
+from quartzlite.errors import ValidationError
+from quartzlite.models import Run
+
+from . import serialize
+from .context import get_client
+from .parse import Query
+
+bp = Blueprint("runs", __name__)
+
+FILTERS = ("status", "since", "until", "limit", "cursor")
+
+
+def _summary(run: Run) -> dict[str, object]:
+    return codec.run_to_dict(run, output=False)
+
+
+@bp.get("/runs")
+def list_() -> Response:
+    q = Query(("job", "node", *FILTERS))
+    result = get_client().list_runs(
+        job=q.string("job"),
+        status=q.string("status"),
+        node=q.string("node"),
+        since=q.instant("since"),
+        until=q.instant("until"),
+        limit=q.integer("limit", 100),
+        cursor=q.string("cursor"),
+    )
+    return jsonify(serialize.page(result, _summary))
+
+
+@bp.get("/jobs/<name>/runs")
+def of_job(name: str) -> Response:
+    """Runs of the jobs that had this name (a deleted job's history included)."""
+    q = Query(FILTERS)
+    result = get_client().list_runs(
+        job=validate_name(name),
+        status=q.string("status"),
+        since=q.instant("since"),
+        until=q.instant("until"),
+        limit=q.integer("limit", 100),
+        cursor=q.string("cursor"),
+    )
+    return jsonify(serialize.page(result, _summary))
+
+
+@bp.get("/runs/<run_id>")
+def show(run_id: str) -> Response:
+    """One run with the tail of its output."""
+    Query(())
+    if not run_id.isascii() or not run_id.isdigit() or len(run_id) > 18:
+        raise ValidationError("id", f"must be a positive integer, got {run_id[:40]!r}")
+    return jsonify(codec.run_to_dict(get_client().get_run(int(run_id))))

@@ -1,0 +1,33 @@
+"""/api/v1/schedule/preview: the next fire instants of a schedule expression."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from quartzlite import codec
+
+from .context import get_client
+from .parse import Query
+
+bp = Blueprint("schedule", __name__)
+
+
+@bp.get("/schedule/preview")
+def preview() -> Response:
+    """``schedule`` (required), ``timezone`` (default UTC), ``count`` (default 10,
+    1-1000), ``from`` (ISO-8601 with offset; default: the database's now)."""
+    q = Query(("schedule", "timezone", "count", "from"))
+    expression = q.required("schedule")
+    timezone = q.string("timezone") or "UTC"
+    count = q.integer("count", 10)
+    client = get_client()
+    start = q.instant("from") or client.now()
+    times = client.preview(expression, timezone, start=start, count=count)
+    return jsonify(
+        {
+            "schedule": expression,
+            "timezone": timezone,
+            "from": codec.iso(start),
+            "times": [codec.iso(t) for t in times],
+        }
+    )
