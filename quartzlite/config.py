@@ -33,19 +33,19 @@ class NodeConfig:
     #: Must be at most ``session_timeout_s - 2 * heartbeat_interval_s``.
     fence_after_s: float = 5.0
     #: Seconds since a session's last heartbeat (database clock) after which peers
-    #: expire it and take its work over. Default 8.0.
-    session_timeout_s: float = 8.0
-    #: Seconds between scans for due jobs when nothing wakes the scanner. Default 1.0.
-    scan_interval_s: float = 1.0
+    #: expire it and take its work over. Default 7.0.
+    session_timeout_s: float = 7.0
+    #: Seconds between the node's one watch query (job changes, due jobs, peers'
+    #: deadlines). New or triggered jobs are noticed within about this long. Default 2.0.
+    #: At most half of ``session_timeout_s``.
+    poll_interval_s: float = 2.0
     #: How far ahead (seconds) the scanner prepares due jobs. Work prepared by a node
     #: that dies is stranded until its session expires, so the window stays short:
     #: just long enough that a job is prepared before it is due. Default 2.0.
     look_ahead_s: float = 2.0
-    #: Seconds between compensation passes (jobs the DB says we own but memory does
-    #: not know). Default 5.0.
-    compensate_interval_s: float = 5.0
-    #: Seconds between checks for expired peer sessions. Default 1.0.
-    expiry_interval_s: float = 1.0
+    #: Seconds between compensation passes when the watch sees nothing amiss (jobs the
+    #: DB says we own but memory does not know). Default 30.0.
+    compensate_interval_s: float = 30.0
     #: Most runs this node executes at once; also bounds what it prepares. Default 16.
     capacity: int = 16
     #: Tags of this node; a job with tags runs only on nodes having all of them.
@@ -73,9 +73,8 @@ class NodeConfig:
             "heartbeat_interval_s",
             "fence_after_s",
             "session_timeout_s",
-            "scan_interval_s",
+            "poll_interval_s",
             "compensate_interval_s",
-            "expiry_interval_s",
             "kill_grace_s",
         )
         for name in positive:
@@ -93,6 +92,8 @@ class NodeConfig:
             raise ValidationError("result_batch", "must be between 1 and 10000")
         if not 1024 <= self.output_limit_bytes <= 16 * 1024 * 1024:
             raise ValidationError("output_limit_bytes", "must be between 1024 and 16777216")
+        if self.poll_interval_s * 2 > self.session_timeout_s:
+            raise ValidationError("poll_interval_s", "must be at most half of session_timeout_s")
         if self.heartbeat_interval_s * 2 > self.fence_after_s:
             raise ValidationError(
                 "fence_after_s", "must be at least twice heartbeat_interval_s"

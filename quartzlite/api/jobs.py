@@ -91,7 +91,7 @@ def resume(name: str) -> tuple[Response, int]:
 
 @bp.post("/jobs/<name>/trigger")
 def trigger(name: str) -> tuple[Response, int]:
-    """Due now; a node fires it within its scan interval (202: accepted, not yet run)."""
+    """Due now; a node fires it within about its poll interval (202: accepted, not yet run)."""
     Query(())
     return _job(get_client().trigger_job(name), 202)
 

@@ -52,7 +52,14 @@ def guard(fd: int, fence_after_s: float) -> int:
             line, buffer = buffer.split(b"\n", 1)
             word, _, arg = line.decode(errors="replace").partition(" ")
             if word == "beat":
-                last_beat = time.monotonic()
+                # The node sends the (system-wide) monotonic instant it SENT the
+                # heartbeat: the database stamped it no earlier, so counting from
+                # there keeps the guard's deadline before any peer's.
+                try:
+                    sent = float(arg) if arg else time.monotonic()
+                except ValueError:
+                    sent = time.monotonic()
+                last_beat = max(last_beat, min(sent, time.monotonic()))
             elif word == "add" and arg.isdigit():
                 groups.add(int(arg))
             elif word == "del" and arg.isdigit():

@@ -4,9 +4,13 @@ sets, and the order it stops in.
 Threads (each a :class:`Service`):
 
 ==============  ==========================================================  =========
-heartbeat       renew the session by the DB clock; measure the clock offset;  critical
-                notice job changes (wake the scanner) and kill requests
+heartbeat       renew the session by the DB clock in one statement that also  critical
+                returns the DB clock (offset); it locks nothing but its row
 watchdog        fence when no heartbeat succeeded for ``fence_after_s``        critical
+watch           one SELECT per ``poll_interval_s``: schedules the scanner at  critical
+                the earliest due job, the expirer at the oldest peer's
+                deadline, the compensator on a mismatch
+killer          while runs execute, every 0.5 s: kill the ones asked to die
 scanner         idle -> prepared under the job lock (look-ahead window)       critical
 firer           prepared -> executing when due; hand each run to a thread     critical
 results         executing -> idle in batches; retried until the outcome is    critical
@@ -14,6 +18,11 @@ results         executing -> idle in batches; retried until the outcome is    cr
 compensator     adopt/recover what the DB says we own but memory does not     critical
 expirer         expire peers silent for ``session_timeout_s``                 critical
 ==============  ==========================================================  =========
+
+An idle node sends one statement per heartbeat and one per poll (1.5 statements per
+second by default), whatever the number of jobs: nothing else polls; each service is
+woken at the instant the watch computed for it, or by the events that concern it.
+Jobs added or triggered elsewhere are noticed at the next poll.
 
 The process mutex (``Node.mutex``) is held around every transaction that changes
 what this node owns *and* the matching change of the in-memory sets, so the two
@@ -197,19 +206,22 @@ class Node:
         self.offset_s = 0.0
         self.last_beat_mono = self.clock.monotonic()
         self.healthy_since: float | None = None
-        self.job_version = -1
         self._batches = itertools.count(1)
         self.heartbeat = _Heartbeat(self)
         self.watchdog = _Watchdog(self)
+        self.watcher = _Watch(self)
+        self.killer = _Killer(self)
         self.scanner = _Scanner(self)
         self.firer = _Firer(self)
         self.results_service = _Results(self)
         self.compensator = _Compensator(self)
         self.expirer = _Expirer(self)
         self.services: list[Service] = [
-            self.heartbeat, self.watchdog, self.scanner, self.firer, self.results_service,
-            self.compensator, self.expirer,
+            self.heartbeat, self.watchdog, self.watcher, self.killer, self.scanner, self.firer,
+            self.results_service, self.compensator, self.expirer,
         ]
+        #: The scanner stopped because the node was full: results wake it at once.
+        self.scan_blocked = False
 
     # -- what others may ask -------------------------------------------------------------
 
@@ -302,7 +314,7 @@ class Node:
             return
         self.fence_reason = reason
         self.fenced.set()
-        for service in (self.scanner, self.firer, self.compensator, self.expirer):
+        for service in (self.watcher, self.scanner, self.firer, self.compensator, self.expirer):
             service.stop()
         executions = list(self.executing.values())
         for execution in executions:
@@ -343,7 +355,7 @@ class Node:
         self.stopping = True
         log.info("stopping: handing back prepared jobs, waiting for running ones",
                  extra={"action": "stopping"})
-        for service in (self.scanner, self.compensator, self.expirer):
+        for service in (self.watcher, self.scanner, self.compensator, self.expirer):
             service.stop()
         with self.mutex:
             self.firer.stop()
@@ -469,6 +481,9 @@ class _NodeService(Service):
 class _Heartbeat(_NodeService):
     name = "heartbeat"
 
+    #: After a failed heartbeat, try again this soon (a short outage ends unnoticed).
+    RETRY_S = 0.25
+
     def __init__(self, node: Node) -> None:
         super().__init__(node, node.config.heartbeat_interval_s)
 
@@ -477,31 +492,64 @@ class _Heartbeat(_NodeService):
         if node.fenced.is_set():
             return None
         sent_mono = node.clock.monotonic()
+        sent_real = time.monotonic()
         try:
             beat = node.hb_store.heartbeat(node.session_id, node.offset_s * 1000, node.clock.now)
         except QuartzliteError as error:
             node.healthy_since = None
             log.warning("heartbeat failed: %s", error.message, extra={"action": "heartbeat_failed"})
-            return None
-        received_mono = node.clock.monotonic()
+            return self.RETRY_S
         if not beat.alive:
             node.fence("our session is gone: peers expired it")
             return None
-        rtt = received_mono - sent_mono
-        node.offset_s = (beat.db_now - beat.local_mid).total_seconds()
+        if beat.db_now is not None:
+            node.offset_s = (beat.db_now - beat.local_mid).total_seconds()
         # Count from when we sent it: the database stamped it no earlier than that.
         node.last_beat_mono = sent_mono
         if node.guard is not None:
-            node.guard.send("beat")
+            node.guard.send(f"beat {sent_real!r}")
         if node.healthy_since is None:
             node.healthy_since = sent_mono
-        if beat.job_version != node.job_version:
-            first = node.job_version == -1
-            node.job_version = beat.job_version
-            node.scanner.wake()
-            if not first and node.executing:
-                node.kill_requested_runs()
-        return max(0.0, self.interval_s - rtt)
+        return max(0.0, self.interval_s - (node.clock.monotonic() - sent_mono))
+
+
+class _Watch(_NodeService):
+    name = "watch"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, node.config.poll_interval_s)
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.fenced.is_set() or node.stopping:
+            return None
+        seen = node.store.watch(node.session_id, node.tag_sets)
+        config = node.config
+        if seen.earliest_due is not None:
+            node.scanner.schedule(
+                (seen.earliest_due - seen.db_now).total_seconds() - config.look_ahead_s
+            )
+        if seen.orphaned_jobs:
+            node.expirer.wake()
+        elif seen.oldest_peer_heartbeat is not None:
+            deadline = seen.oldest_peer_heartbeat + timedelta(seconds=config.session_timeout_s)
+            node.expirer.schedule((deadline - seen.db_now).total_seconds() + 0.005)
+        if seen.owned_jobs != len(node.prepared) + len(node.executing):
+            node.compensator.schedule(0.2)  # a transition may be committing right now
+        return None
+
+
+class _Killer(_NodeService):
+    name = "killer"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, min(0.5, node.config.heartbeat_interval_s))
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.executing and not node.fenced.is_set():
+            node.kill_requested_runs()
+        return None
 
 
 class _Watchdog(_NodeService):
@@ -523,27 +571,24 @@ class _Scanner(_NodeService):
     name = "scanner"
 
     def __init__(self, node: Node) -> None:
-        super().__init__(node, node.config.scan_interval_s)
+        # Woken by the watch (a job is due within the look-ahead), by results (capacity
+        # freed, jobs rescheduled), by hand-backs; the interval is only a safety net.
+        super().__init__(node, 60.0)
 
     def run_once(self) -> float | None:
         node = self.node
         if node.fenced.is_set() or node.stopping:
             return None
         free = node.config.capacity - len(node.prepared) - len(node.executing)
+        node.scan_blocked = free <= 0
         if free <= 0:
             return None
-        earliest = node.store.earliest_due(node.tag_sets)
-        if earliest is None:
-            return None
-        until = (earliest - node.db_now()).total_seconds() - node.config.look_ahead_s
-        if until > 0:
-            return min(until, self.interval_s)
         with node.mutex:
             if node.fenced.is_set() or self.stopping:
                 return None
             prefix = f"{node.session_id}:{next(node._batches)}:"
             try:
-                found = node.store.prepare_due(
+                scan = node.store.prepare_due(
                     session_id=node.session_id, fire_prefix=prefix, limit=free,
                     tag_sets=node.tag_sets, look_ahead_s=node.config.look_ahead_s,
                     planner=node.planner,
@@ -551,12 +596,17 @@ class _Scanner(_NodeService):
             except Fenced as error:
                 node.fence(error.message)
                 return None
-            for p in found:
+            for p in scan.prepared:
                 node.prepared[p.job_id] = p
-        if found:
-            log.debug("prepared %d job(s)", len(found), extra={"action": "prepared"})
+        if scan.prepared:
+            log.debug("prepared %d job(s)", len(scan.prepared), extra={"action": "prepared"})
             node.firer.wake()
-        return 0.0 if len(found) >= free else None
+        if len(scan.prepared) >= free:
+            node.scan_blocked = True
+            return 0.0
+        if scan.next_due is not None:
+            return max(0.0, (scan.next_due - scan.db_now).total_seconds() - node.config.look_ahead_s)
+        return None
 
 
 class _Firer(_NodeService):
@@ -637,7 +687,7 @@ class _Results(_NodeService):
             return None
         with node.mutex:
             try:
-                node.store.complete(
+                done = node.store.complete(
                     session_id=node.session_id, finished=batch, planner=node.planner,
                     stop=node.fenced,
                 )
@@ -654,7 +704,12 @@ class _Results(_NodeService):
                     del node.executing[job_id]
                 status = item.outcome.status.value
                 node.stats.runs_by_status[status] = node.stats.runs_by_status.get(status, 0) + 1
-        node.scanner.wake()
+        if node.scan_blocked:
+            node.scanner.wake()
+        if done.next_due is not None:
+            node.scanner.schedule(
+                (done.next_due - done.db_now).total_seconds() - node.config.look_ahead_s
+            )
         return 0.0 if not node.results.empty() else None
 
 
@@ -702,7 +757,8 @@ class _Expirer(_NodeService):
     name = "expirer"
 
     def __init__(self, node: Node) -> None:
-        super().__init__(node, node.config.expiry_interval_s)
+        # Scheduled by the watch at the oldest peer's deadline; the interval is a net.
+        super().__init__(node, 60.0)
 
     def run_once(self) -> float | None:
         node = self.node
@@ -710,14 +766,16 @@ class _Expirer(_NodeService):
             return None
         # Judge peers only after heartbeating without a break for a whole timeout:
         # after an outage every node saw, nobody evicts anybody.
-        if node.clock.monotonic() - node.healthy_since < node.config.session_timeout_s:
-            return None
+        judged = node.clock.monotonic() - node.healthy_since
+        if judged < node.config.session_timeout_s:
+            return node.config.session_timeout_s - judged
         dead = node.store.expire_sessions(
             session_id=node.session_id, session_timeout_s=node.config.session_timeout_s,
             planner=node.planner,
         )
         if dead:
             node.scanner.wake()
+        node.watcher.wake()  # learn the next deadline
         return None
 
 

@@ -1,12 +1,14 @@
 """Every background thread of a node has this one shape (db-scheduler's
 ``RunUntilShutdown`` with a ``Waiter``): a named loop around ``run_once()`` that waits
-on an event between rounds, wakes early on ``wake()``, honours ``stop()`` within the
-wait, and reports a crash of a critical service to the node."""
+on an event between rounds, wakes early on ``wake()`` or at an instant set with
+``schedule()``, honours ``stop()`` within the wait, and reports a crash of a critical
+service to the node."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from quartzlite.errors import TransientStoreError
@@ -26,6 +28,8 @@ class Service:
         self.on_crash = on_crash
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._due = float("inf")  # monotonic instant of the next round asked for
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> float | None:
@@ -36,6 +40,15 @@ class Service:
         self._thread.start()
 
     def wake(self) -> None:
+        self.schedule(0.0)
+
+    def schedule(self, delay_s: float) -> None:
+        """Run a round in ``delay_s`` seconds (or sooner, if something else asks)."""
+        at = time.monotonic() + max(0.0, delay_s)
+        with self._lock:
+            if at >= self._due:
+                return
+            self._due = at
         self._wake.set()
 
     def stop(self) -> None:
@@ -73,5 +86,17 @@ class Service:
                 delay = self.interval_s
             if self._stop.is_set():
                 return
-            self._wake.wait(self.interval_s if delay is None else max(0.0, delay))
+            self.schedule(self.interval_s if delay is None else delay)
+            self._sleep()
+
+    def _sleep(self) -> None:
+        """Wait until the earliest round asked for, or a stop."""
+        while not self._stop.is_set():
+            with self._lock:
+                left = self._due - time.monotonic()
+                if left <= 0:
+                    self._due = float("inf")
+                    self._wake.clear()
+                    return
+            self._wake.wait(left)
             self._wake.clear()

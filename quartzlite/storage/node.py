@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy import bindparam, delete, func, insert, select, text, update
@@ -73,13 +73,40 @@ _SPEC_COLUMNS = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Beat:
-    """What one heartbeat learned. ``local_mid`` is the local instant halfway through
-    the one statement that read ``db_now``, so ``db_now - local_mid`` is the offset."""
+    """What one heartbeat learned: whether our session still exists, and the database
+    clock with the local instant halfway through the statement that read it."""
 
     alive: bool
-    db_now: datetime
+    db_now: datetime | None
     local_mid: datetime
-    job_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watch:
+    """What one watch poll learned; each field wakes one service at the right time."""
+
+    db_now: datetime
+    oldest_peer_heartbeat: datetime | None
+    orphaned_jobs: int
+    owned_jobs: int
+    earliest_due: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan:
+    """What a prepare transaction did, and when the next job after its window is due."""
+
+    prepared: list[Prepared]
+    next_due: datetime | None
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed:
+    """The earliest next fire among the jobs a results transaction rescheduled."""
+
+    next_due: datetime | None
+    db_now: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,31 +164,68 @@ class NodeStore:
     def heartbeat(
         self, session_id: str, clock_offset_ms: float, local_now: Callable[[], datetime]
     ) -> Beat:
-        """Renew our session by the database clock. ``alive`` False: peers evicted us."""
+        """Renew our session by the database clock, in ONE autocommitted statement
+        that touches no row but our own: it must never wait on a scheduler lock.
 
-        def tx(t: Tx) -> Beat:
-            renewed = t.conn.execute(
-                update(sessions)
-                .where(sessions.c.id == session_id)
-                .values(heartbeat_at=func.now(6), clock_offset_ms=clock_offset_ms)
-            ).rowcount
+        ``LAST_INSERT_ID(expr)`` hands ``expr`` back in the statement's OK packet, so
+        the same UPDATE also reports the database clock (microseconds since the
+        epoch). 0 rows matched: peers expired us.
+        """
+        statement = text(
+            "UPDATE ql_sessions SET heartbeat_at = NOW(6), clock_offset_ms = :offset, "
+            "capacity = capacity + 0 * LAST_INSERT_ID(CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)) "
+            "WHERE id = :me"
+        )
+
+        def run(conn: Connection) -> Beat:
             before = local_now()
-            now, version = t.conn.execute(
-                select(func.now(6), locks.c.version).where(locks.c.name == "job")
-            ).one()
+            result = conn.execute(statement, {"offset": clock_offset_ms, "me": session_id})
             after = local_now()
-            # rowcount counts changed rows: a heartbeat within the same microsecond
-            # as the last one would read 0 though the row exists, so look again.
-            if renewed == 0:
-                renewed = len(
-                    t.conn.execute(select(sessions.c.id).where(sessions.c.id == session_id)).all()
-                )
+            micros = int(result.lastrowid or 0)
+            alive = result.rowcount > 0
             return Beat(
-                alive=renewed > 0, db_now=utc(now), local_mid=before + (after - before) / 2,
-                job_version=int(version),
+                alive=alive,
+                db_now=datetime.fromtimestamp(micros / 1e6, UTC) if alive and micros else None,
+                local_mid=before + (after - before) / 2,
             )
 
-        return self.db.transaction(tx, name="heartbeat", retry=RetryPolicy(deadline_s=0))
+        return self.db.read(run, retry=RetryPolicy(deadline_s=0), name="heartbeat")
+
+    def watch(self, session_id: str, tag_sets: Sequence[str]) -> Watch:
+        """One autocommitted SELECT (a consistent read: it never waits on a lock), every
+        poll interval: the oldest peer heartbeat, orphaned and owned job counts, and the
+        earliest due job this node may run. Every part is an index lookup: the cost does not grow with the
+        number of jobs."""
+        peers = (
+            select(func.min(sessions.c.heartbeat_at))
+            .where(sessions.c.id != session_id)
+            .scalar_subquery()
+        )
+        orphans = (
+            select(func.count())
+            .select_from(jobs.outerjoin(sessions, sessions.c.id == jobs.c.owner_session))
+            .where(jobs.c.owner_session.is_not(None), sessions.c.id.is_(None))
+            .scalar_subquery()
+        )
+        owned = (
+            select(func.count())
+            .select_from(jobs)
+            .where(jobs.c.owner_session == session_id, jobs.c.state != JobState.IDLE.value)
+            .scalar_subquery()
+        )
+        earliest = select(func.min(jobs.c.next_fire_at)).where(*self._due_filter(tag_sets)).scalar_subquery()
+        query = select(func.now(6), peers, orphans, owned, earliest)
+
+        def run(conn: Connection) -> Watch:
+            now, oldest, orphaned, mine, due = conn.execute(query).one()
+            return Watch(
+                db_now=utc(now),
+                oldest_peer_heartbeat=None if oldest is None else utc(oldest),
+                orphaned_jobs=int(orphaned or 0), owned_jobs=int(mine or 0),
+                earliest_due=None if due is None else utc(due),
+            )
+
+        return self.db.read(run, retry=RetryPolicy(deadline_s=0), name="watch")
 
     def delete_session(self, session_id: str) -> bool:
         """Delete our session unless it still owns jobs (then peers must recover them)."""
@@ -180,17 +244,6 @@ class NodeStore:
         return self.db.transaction(tx, name="delete_session")
 
     # -- scan and prepare --------------------------------------------------------
-
-    def earliest_due(self, tag_sets: Sequence[str]) -> datetime | None:
-        """The earliest next fire of a job this node may run (no lock; a hint)."""
-        with self.db.connect() as conn:
-            value = conn.execute(
-                select(jobs.c.next_fire_at)
-                .where(*self._due_filter(tag_sets))
-                .order_by(jobs.c.next_fire_at)
-                .limit(1)
-            ).scalar()
-        return None if value is None else utc(value)
 
     @staticmethod
     def _due_filter(tag_sets: Sequence[str]) -> list[Any]:
@@ -211,11 +264,11 @@ class NodeStore:
         tag_sets: Sequence[str],
         look_ahead_s: float,
         planner: Planner,
-    ) -> list[Prepared]:
+    ) -> Scan:
         """idle -> prepared for the jobs due within the look-ahead that we may run,
         highest priority first, then earliest. Fire ids are ``fire_prefix + job id``."""
 
-        def tx(t: Tx) -> list[Prepared]:
+        def tx(t: Tx) -> Scan:
             self.lock(t.conn, "job")
             # Expiry deletes sessions only while holding the job lock, which we hold:
             # if our row exists now, it exists until we commit.
@@ -270,7 +323,14 @@ class NodeStore:
                 )
             if t.after_unknown:
                 result.extend(self._adopt(t.conn, session_id, fire_prefix, result))
-            return result
+            next_due = t.conn.execute(
+                select(func.min(jobs.c.next_fire_at)).where(
+                    *self._due_filter(tag_sets), jobs.c.next_fire_at > rows.to_db(horizon)
+                )
+            ).scalar()
+            return Scan(
+                prepared=result, next_due=None if next_due is None else utc(next_due), db_now=now
+            )
 
         return self.db.transaction(tx, name="prepare_due")
 
@@ -406,12 +466,12 @@ class NodeStore:
 
     def complete(
         self, *, session_id: str, finished: Sequence[Finished], planner: Planner, stop: Any = None
-    ) -> None:
+    ) -> Completed:
         """executing -> idle and the run row completed, for a batch of results.
         Retried until the outcome is known; rows whose fire id moved on are left alone
         (we already recorded them, or we were evicted and a peer recovered them)."""
 
-        def tx(t: Tx) -> None:
+        def tx(t: Tx) -> Completed:
             self.lock(t.conn, "job")
             now = db_now(t.conn)
             current = {
@@ -487,8 +547,10 @@ class NodeStore:
                 )
             if missed:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+            upcoming = [v["next_fire_at"] for v in job_values if v["next_fire_at"] is not None]
+            return Completed(next_due=utc(min(upcoming)) if upcoming else None, db_now=now)
 
-        self.db.transaction(
+        return self.db.transaction(
             tx, name="complete_runs", retry=RetryPolicy(deadline_s=None), stop=stop
         )
 
@@ -512,6 +574,7 @@ class NodeStore:
         return self.db.transaction(tx, name="hand_back")
 
     def kill_requests(self, session_id: str) -> list[tuple[int, str]]:
+        """Our executing jobs with a kill request (a consistent read via the owner index)."""
         with self.db.connect() as conn:
             return [
                 (r[0], r[1])
@@ -717,4 +780,4 @@ class NodeStore:
 
 
 
-__all__ = ["Beat", "LockStats", "NodeStore", "Owned", "Planner"]
+__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "Watch"]

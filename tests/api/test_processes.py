@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.db, pytest.mark.cluster]
 
 NODE_FLAGS = [
     "--heartbeat-interval-s", "0.5", "--fence-after-s", "3", "--session-timeout-s", "5",
-    "--scan-interval-s", "0.2",
+    "--poll-interval-s", "0.5",
 ]
 
 

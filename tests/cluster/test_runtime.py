@@ -56,7 +56,9 @@ def test_three_nodes_run_every_slot_exactly_once(
     client.add_jobs([recorder(f"tick-{i:03d}", log) for i in range(100)])
     db = Db(db_url)
     with nodes(db_url) as start:
-        started = [start(f"n{i}", options={"capacity": "100"}) for i in range(3)]
+        # A node takes as much due work as its capacity allows; 40 each means the 100
+        # jobs need all three nodes.
+        started = [start(f"n{i}", options={"capacity": "40"}) for i in range(3)]
         wait_until(lambda: db.live_sessions() == 3, timeout=60, message="3 sessions")
         t0 = db_now(db).replace(microsecond=0) + timedelta(seconds=3)
         t1 = t0 + timedelta(seconds=30)
