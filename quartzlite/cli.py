@@ -56,15 +56,13 @@ class Group(click.Group):
             raise UserError(f"unexpected error: {type(error).__name__}: {error}") from None
 
 
-def _out(ctx: click.Context) -> Callable[..., None]:
-    return click.echo
-
-
-def _client(ctx: click.Context) -> SchedulerClient:
+def _client(ctx: click.Context, *, one_shot: bool = True) -> SchedulerClient:
+    """The command's client. ``one_shot`` (not for servers): retry noise is hidden."""
     root = ctx.find_root()
     obj = root.obj
     if obj.get("client") is None:
-        if root.get_parameter_source("log_level") is click.core.ParameterSource.DEFAULT:
+        default_level = root.get_parameter_source("log_level") is click.core.ParameterSource.DEFAULT
+        if one_shot and default_level:
             # A one-shot command: its retries while the database is away are not news;
             # the error that ends them is (one line). --log-level INFO shows them.
             storage_log = logging.getLogger("quartzlite.storage")
@@ -547,7 +545,7 @@ def api(
     from quartzlite.api.server import ApiServer, check_bind
 
     config = _api_config(api_host, api_port, api_threads)
-    client = _client(ctx)
+    client = _client(ctx, one_shot=False)
     check_bind(config.host, client)
     server = ApiServer(create_app(client), config)
     stop = threading.Event()
@@ -582,7 +580,7 @@ def serve(
 
     node_cfg = node_config(ctx, options)
     api_cfg = _api_config(api_host, api_port, api_threads)
-    client = _client(ctx)
+    client = _client(ctx, one_shot=False)
     check_bind(api_cfg.host, client)
     app = create_app(client, expect_node=True)
     server = ApiServer(app, api_cfg)

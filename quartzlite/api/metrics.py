@@ -23,8 +23,7 @@ quartzlite_db_errors_total                   counter    database errors seen by 
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -38,70 +37,11 @@ from prometheus_client.registry import Collector
 
 from quartzlite.enums import RunStatus
 
-from .context import ApiState, NodeView
-
-#: Upper bounds (seconds) of the lateness histogram's buckets.
-LATENESS_BUCKETS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-)
-
-
-class _Histogram:
-    """Cumulative buckets folded from the node's list of lateness values.
-
-    The node appends each fire's lateness to a list that it trims from the front when
-    it grows large, so neither its length nor an index marks what was counted already.
-    We keep a reference to the newest value counted and find that very object again
-    (identity, not equality) on the next scrape: everything after it is new; if it was
-    trimmed away, everything in the list is new.
-    """
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.node: NodeView | None = None
-        self._reset()
-
-    def _reset(self) -> None:
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
-        self.total = 0.0
-        self.mark: object | None = None
-
-    def fold(self, node: NodeView) -> None:
-        if node is not self.node:  # a new node (serve's node rejoined): start again
-            self._reset()
-            self.node = node
-        snapshot = list(node.stats.lateness_s)  # the firer thread appends meanwhile
-        start = 0
-        if self.mark is not None:
-            for index in range(len(snapshot) - 1, -1, -1):
-                if snapshot[index] is self.mark:
-                    start = index + 1
-                    break
-        for value in snapshot[start:]:
-            if math.isnan(value):
-                continue
-            self.total += value
-            for index, bound in enumerate(self.bounds):
-                if value <= bound:
-                    self.counts[index] += 1
-                    break
-            else:
-                self.counts[-1] += 1
-        if snapshot:
-            self.mark = snapshot[-1]
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, count in zip(self.bounds, self.counts, strict=False):
-            running += count
-            out.append((_le(bound), running))
-        out.append(("+Inf", running + self.counts[-1]))
-        return out
+from .context import ApiState
 
 
 def _le(bound: float) -> str:
-    return repr(float(bound))
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
 class NodeCollector(Collector):
@@ -110,8 +50,6 @@ class NodeCollector(Collector):
     def __init__(self, state: ApiState, version: str) -> None:
         self.state = state
         self.version = version
-        self._lock = threading.Lock()
-        self._lateness = _Histogram(LATENESS_BUCKETS)
 
     def collect(self) -> Iterator[Metric]:
         info = InfoMetricFamily("quartzlite_build", "quartzlite version")
@@ -137,10 +75,8 @@ class NodeCollector(Collector):
             if status.is_final:
                 runs.add_metric([status.value], counts.get(status.value, 0))
         yield runs
-        with self._lock:
-            self._lateness.fold(node)
-            buckets = self._lateness.buckets()
-            total = self._lateness.total
+        cumulative, total = stats.lateness.snapshot()
+        buckets = [(_le(bound), float(count)) for bound, count in cumulative]
         yield HistogramMetricFamily(
             "quartzlite_fire_lateness_seconds",
             "Seconds between a run's planned instant and its fire (database clock)",

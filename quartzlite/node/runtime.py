@@ -42,8 +42,10 @@ peer may expire the session and run the work elsewhere.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
+import math
 import os
 import queue
 import signal
@@ -52,7 +54,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
@@ -98,19 +100,47 @@ class Execution:
     thread: threading.Thread | None = None
 
 
+#: Upper bounds (seconds) of the fire-lateness histogram's buckets.
+LATENESS_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+
+
+class Histogram:
+    """Counts of observations per bucket (fixed upper bounds) and their sum."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(sorted(bounds))
+        self._counts = [0] * (len(self.bounds) + 1)  # the last bucket is +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        with self._lock:
+            self._counts[bisect.bisect_left(self.bounds, value)] += 1
+            self._sum += value
+
+    def snapshot(self) -> tuple[list[tuple[float, int]], float]:
+        """Cumulative counts ``[(upper bound, count <= bound), ..., (inf, total)]`` and
+        the sum of all observations."""
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative: list[tuple[float, int]] = []
+        running = 0
+        for bound, count in zip((*self.bounds, math.inf), counts, strict=True):
+            running += count
+            cumulative.append((bound, running))
+        return cumulative, total
+
+
 @dataclass(slots=True)
 class NodeStats:
     """Counters for logs and metrics."""
 
     fires: int = 0
     runs_by_status: dict[str, int] = field(default_factory=dict)
-    lateness_s: list[float] = field(default_factory=list)
+    lateness: Histogram = field(default_factory=lambda: Histogram(LATENESS_BUCKETS))
     db_errors: int = 0
-
-    def record_lateness(self, value: float) -> None:
-        self.lateness_s.append(value)
-        if len(self.lateness_s) > 100_000:
-            del self.lateness_s[: len(self.lateness_s) - 50_000]
 
 
 def tag_sets(tags: tuple[str, ...]) -> list[str]:
@@ -647,7 +677,7 @@ class _Firer(_NodeService):
                     continue
                 node.start_execution(f)
                 node.stats.fires += 1
-                node.stats.record_lateness((f.started_at - f.prepared.fire_at).total_seconds())
+                node.stats.lateness.observe((f.started_at - f.prepared.fire_at).total_seconds())
         if lost:
             node.scanner.wake()
         if len(fired) + len(lost) < len(due):

@@ -9,6 +9,7 @@ transaction, and is one transaction: on any error nothing is written.
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,9 +50,12 @@ def encode_cursor(value: str | int) -> str:
 
 def decode_cursor(cursor: str, *, numeric: bool) -> str | int:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        return int(raw) if numeric else raw
-    except (ValueError, UnicodeDecodeError):
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+        text_ = raw.decode()
+        if not text_ or encode_cursor(text_) != cursor:
+            raise ValueError(cursor)
+        return int(text_) if numeric else text_
+    except (ValueError, UnicodeDecodeError, binascii.Error):
         raise ValidationError("cursor", "is not a cursor this server handed out") from None
 
 

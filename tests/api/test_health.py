@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -12,8 +13,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from quartzlite.api import create_app, set_node
-from quartzlite.api.metrics import LATENESS_BUCKETS, _Histogram
 from quartzlite.client import SchedulerClient
+from quartzlite.node.runtime import LATENESS_BUCKETS, Histogram
 from quartzlite.storage import migrate
 
 from .support import Api, assert_error
@@ -33,11 +34,18 @@ class FakeStore:
     lock_stats: FakeLockStats = field(default_factory=FakeLockStats)
 
 
+def observed(*values: float) -> Histogram:
+    histogram = Histogram(LATENESS_BUCKETS)
+    for value in values:
+        histogram.observe(value)
+    return histogram
+
+
 @dataclass
 class FakeStats:
     fires: int = 4
     runs_by_status: dict[str, int] = field(default_factory=lambda: {"succeeded": 3, "killed": 1})
-    lateness_s: list[float] = field(default_factory=lambda: [0.001, 0.02, 0.3, 75.0])
+    lateness: Histogram = field(default_factory=lambda: observed(0.001, 0.02, 0.3, 75.0))
     db_errors: int = 2
 
 
@@ -165,7 +173,7 @@ def test_metrics_read_the_node_at_scrape_time(client: SchedulerClient) -> None:
 
     # Counters move at the next scrape; values already counted are not counted again.
     node.stats.fires = 5
-    node.stats.lateness_s.append(0.002)
+    node.stats.lateness.observe(0.002)
     again = _metrics(probe)
     assert again["quartzlite_fires_total"] == {(): 5.0}
     assert again["quartzlite_fire_lateness_seconds_count"] == {(): 5.0}
@@ -180,22 +188,11 @@ def test_two_apps_have_separate_registries(client: SchedulerClient) -> None:
     assert _metrics(two)["quartzlite_node_live"] == {(): 0.0}
 
 
-def test_the_lateness_histogram_survives_the_nodes_trimming() -> None:
-    values = [float(i) / 1000 for i in range(10)]
-    node = FakeNode(stats=FakeStats(lateness_s=values))
-    histogram = _Histogram(LATENESS_BUCKETS)
-    histogram.fold(node)
-    assert histogram.buckets()[-1] == ("+Inf", 10)
-
-    # The node trims the front of its list and appends: only the new ones count.
-    del values[:8]
-    values.extend([0.5, 0.6, 0.7])
-    histogram.fold(node)
-    assert histogram.buckets()[-1] == ("+Inf", 13)
-
-    # Trimmed past the last value counted: everything left is new.
-    del values[:]
-    values.extend([1.5, 1.6])
-    histogram.fold(node)
-    assert histogram.buckets()[-1] == ("+Inf", 15)
-    assert histogram.total == pytest.approx(sum(float(i) / 1000 for i in range(10)) + 1.8 + 3.1)
+def test_the_lateness_histogram_is_cumulative() -> None:
+    histogram = observed(0.001, 0.004, 0.02, 0.3, 75.0)
+    cumulative, total = histogram.snapshot()
+    assert cumulative[0] == (0.005, 2)
+    assert dict(cumulative)[0.025] == 3
+    assert dict(cumulative)[60.0] == 4
+    assert cumulative[-1] == (math.inf, 5)
+    assert total == pytest.approx(75.325)
