@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from quartzlite.clock import utc
+from quartzlite.codec import spec_to_dict
 from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
 from quartzlite.models import Job, JobSpec, Run, Session
 
@@ -33,26 +34,12 @@ def to_db(value: datetime | None) -> datetime | None:
 
 
 def spec_values(spec: JobSpec) -> dict[str, Any]:
-    """The columns a JobSpec fills."""
+    """The columns a JobSpec fills: its JSON shape, with kwargs and tags as stored."""
     return {
-        "name": spec.name,
-        "schedule": spec.schedule,
-        "timezone": spec.timezone,
+        **spec_to_dict(spec),
         "target_kind": spec.target_kind.value,
-        "command": spec.command,
-        "callable": spec.callable,
         "kwargs": json.dumps(spec.kwargs, sort_keys=True, separators=(",", ":")),
-        "timeout_s": spec.timeout_s,
-        "max_attempts": spec.max_attempts,
-        "retry_backoff_s": spec.retry_backoff_s,
-        "retry_max_backoff_s": spec.retry_max_backoff_s,
-        "misfire_policy": spec.misfire_policy.value,
-        "misfire_grace_s": spec.misfire_grace_s,
-        "recovery_policy": spec.recovery_policy.value,
-        "priority": spec.priority,
         "tags": join_tags(spec.tags),
-        "description": spec.description,
-        "paused": spec.paused,
     }
 
 
