@@ -424,3 +424,28 @@ def test_node_with_a_skewed_clock_fires_at_the_database_instant(
         node.signal(signal.SIGTERM)
         assert node.wait(30) == 0
     db.close()
+
+
+# stop (9) --------------------------------------------------------------------------------
+
+
+def test_a_second_signal_stops_at_once_and_kills_running_jobs(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    child = tmp_path / "child"
+    client.add_job({"name": "slow", "schedule": "0 0 1 1 *",
+                    "command": f"sleep 300 & echo $! > {child}; wait"})
+    db = Db(db_url)
+    with nodes(db_url) as start:
+        node = start("n", options={"shutdown-grace-s": "300"})
+        wait_until(lambda: db.live_sessions() == 1, timeout=30)
+        client.trigger_job("slow")
+        wait_until(lambda: child.exists() and child.read_text().strip(), timeout=30)
+        pid = int(child.read_text())
+        node.signal(signal.SIGTERM)
+        wait_until(lambda: "stopping" in node.log(), timeout=10, message="graceful stop began")
+        assert pid_alive(pid), "the first signal lets running jobs finish"
+        node.signal(signal.SIGTERM)
+        assert node.wait(15) == 4, node.log()[-3000:]
+        wait_until(lambda: not pid_alive(pid), timeout=10, message="the child was killed")
+    db.close()
