@@ -310,14 +310,20 @@ class SchedulerClient:
             positions[spec.name] = index
             specs.append(spec)
 
+        planned: dict[tuple[str, str, datetime], datetime | None] = {}
+
         def plan(spec: JobSpec, now: datetime) -> datetime | None:
             # Planning happens inside the transaction (it needs the database's now);
-            # an error there (an @at in the past) still names the item.
-            try:
-                return first_fire(spec, now)
-            except ValidationError as error:
-                index = positions[spec.name]
-                raise ValidationError(f"jobs[{index}].{error.field}", error.reason) from None
+            # jobs sharing a schedule share the answer; an error there (an @at in the
+            # past) still names the item.
+            key = (spec.schedule, spec.timezone, now)
+            if key not in planned:
+                try:
+                    planned[key] = first_fire(spec, now)
+                except ValidationError as error:
+                    index = positions[spec.name]
+                    raise ValidationError(f"jobs[{index}].{error.field}", error.reason) from None
+            return planned[key]
 
         return self.store.add_many(specs, plan)
 

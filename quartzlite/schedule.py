@@ -25,6 +25,7 @@ Debian-cron DST rule (see :class:`_CronTiming` and ``docs/schedules.md``).
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import threading
 from bisect import bisect_left, bisect_right
@@ -931,8 +932,14 @@ def parse_schedule(expression: str, timezone: str = "UTC") -> Schedule:
 
     Raises ``ValidationError("schedule", reason)`` or ``ValidationError("timezone", reason)``.
     An expression that can never fire is rejected; an ``@at`` in the past is accepted (its
-    :meth:`Schedule.next_after` is simply None).
+    :meth:`Schedule.next_after` is simply None). Schedules are immutable, so parsed ones
+    are cached: thousands of jobs sharing an expression parse it once.
     """
+    return _parse_cached(expression, timezone)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(expression: str, timezone: str) -> Schedule:
     if not isinstance(expression, str):
         raise _schedule_error(f"the schedule must be a string, not {type(expression).__name__}")
     zone = _load_zone(timezone)
