@@ -489,7 +489,7 @@ class NodeStore:
                 p = item.fired.prepared
                 run_values.append(
                     {
-                        "b_id": item.fired.run_id, "b_fire_id": p.fire_id,
+                        "id": item.fired.run_id, "fire_id": p.fire_id,
                         "status": item.outcome.status.value, "ended_at": rows.to_db(item.ended_at),
                         "exit_code": item.outcome.exit_code, "output": item.outcome.output,
                         "error": item.outcome.error,
@@ -508,43 +508,27 @@ class NodeStore:
                 missed.extend(self._missed_rows(p.job_id, spec.name, plan))
                 job_values.append(
                     {
-                        "b_id": p.job_id, "b_fire_id": p.fire_id,
+                        "id": p.job_id, "fire_id": p.fire_id,
                         "last_ended_at": rows.to_db(item.ended_at),
                         **self._next_values(plan),
                     }
                 )
-            if run_values:
-                t.conn.execute(
-                    update(runs)
-                    .where(
-                        runs.c.id == bindparam("b_id"),
-                        runs.c.fire_id == bindparam("b_fire_id"),
-                        runs.c.status == RunStatus.RUNNING.value,
-                    )
-                    .values(
-                        status=bindparam("status"), ended_at=bindparam("ended_at"),
-                        exit_code=bindparam("exit_code"), output=bindparam("output"),
-                        error=bindparam("error"),
-                    ),
-                    run_values,
-                )
-            if job_values:
-                t.conn.execute(
-                    update(jobs)
-                    .where(
-                        jobs.c.id == bindparam("b_id"),
-                        jobs.c.fire_id == bindparam("b_fire_id"),
-                        jobs.c.state == JobState.EXECUTING.value,
-                    )
-                    .values(
-                        **HAND_BACK, kill_requested=False,
-                        last_ended_at=bindparam("last_ended_at"),
-                        next_fire_at=bindparam("next_fire_at"),
-                        next_slot_at=bindparam("next_slot_at"),
-                        next_attempt=bindparam("next_attempt"),
-                    ),
-                    job_values,
-                )
+            # One statement per table for the whole batch (not one per run): the job
+            # lock is held for a few round trips, however large the batch.
+            update_from_rows(
+                t.conn, "ql_runs", run_values, match=("id", "fire_id"),
+                assign=("status", "ended_at", "exit_code", "output", "error"),
+                where="t.status = 'running'",
+            )
+            update_from_rows(
+                t.conn, "ql_jobs", job_values, match=("id", "fire_id"),
+                assign=("last_ended_at", "next_fire_at", "next_slot_at", "next_attempt"),
+                constants=(
+                    "t.state = 'idle', t.owner_session = NULL, t.fire_id = NULL, "
+                    "t.prepared_at = NULL, t.kill_requested = 0"
+                ),
+                where="t.state = 'executing'",
+            )
             if missed:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
             upcoming = [v["next_fire_at"] for v in job_values if v["next_fire_at"] is not None]
@@ -780,4 +764,54 @@ class NodeStore:
 
 
 
-__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "Watch"]
+#: Most bytes of values one batched UPDATE carries (output tails can be large).
+BATCH_BYTES = 2 * 1024 * 1024
+
+
+def update_from_rows(
+    conn: Connection,
+    table: str,
+    values: Sequence[dict[str, Any]],
+    *,
+    match: Sequence[str],
+    assign: Sequence[str],
+    constants: str = "",
+    where: str = "",
+) -> None:
+    """``UPDATE table t JOIN (SELECT ... UNION ALL SELECT ...) v ON <match> SET ...``:
+    many rows, each with its own values, in one statement (MySQL and MariaDB alike).
+    Chunked so that a statement stays well under ``max_allowed_packet``."""
+    columns = [*match, *assign]
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for row in values:
+        chunk.append(row)
+        size += sum(len(v) for v in row.values() if isinstance(v, str)) + 64
+        if size >= BATCH_BYTES or len(chunk) >= 1000:
+            _update_chunk(conn, table, chunk, columns, match, assign, constants, where)
+            chunk, size = [], 0
+    if chunk:
+        _update_chunk(conn, table, chunk, columns, match, assign, constants, where)
+
+
+def _update_chunk(
+    conn: Connection, table: str, chunk: Sequence[dict[str, Any]], columns: Sequence[str],
+    match: Sequence[str], assign: Sequence[str], constants: str, where: str,
+) -> None:
+    params: dict[str, Any] = {}
+    selects = []
+    for i, row in enumerate(chunk):
+        parts = []
+        for column in columns:
+            params[f"{column}_{i}"] = row[column]
+            parts.append(f":{column}_{i}" + (f" AS {column}" if i == 0 else ""))
+        selects.append("SELECT " + ", ".join(parts))
+    on = " AND ".join(f"t.{c} = v.{c}" for c in match)
+    sets = ", ".join([*(f"t.{c} = v.{c}" for c in assign), *([constants] if constants else [])])
+    sql = f"UPDATE {table} AS t JOIN ({' UNION ALL '.join(selects)}) AS v ON {on} SET {sets}"
+    if where:
+        sql += f" WHERE {where}"
+    conn.execute(text(sql), params)
+
+
+__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "Watch", "update_from_rows"]
