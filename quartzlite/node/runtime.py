@@ -208,16 +208,20 @@ class Node:
         self.node_name = f"{config.host}:{self.pid}"
         self.stats = NodeStats()
         io_timeout = config.lock_wait_timeout_s + 2
+        # A silent node's connections die (and its locks go) once its session could be
+        # expired: a node frozen inside a locked transaction cannot stall the cluster.
+        idle_timeout = max(2, math.ceil(config.session_timeout_s))
         self.db = Database(
             config.database_url, lock_wait_timeout_s=config.lock_wait_timeout_s,
-            io_timeout_s=io_timeout, pool_size=6, on_error=self._db_error,
+            io_timeout_s=io_timeout, pool_size=6, idle_timeout_s=idle_timeout,
+            on_error=self._db_error,
         )
         # The heartbeat has a pool of its own with short timeouts, so that it never
         # queues behind the other threads and a blackholed connection fails fast.
         self.hb_db = Database(
             config.database_url, lock_wait_timeout_s=config.lock_wait_timeout_s,
             io_timeout_s=max(1.0, min(config.heartbeat_interval_s * 2, config.fence_after_s / 2)),
-            pool_size=1, on_error=self._db_error,
+            pool_size=1, idle_timeout_s=idle_timeout, on_error=self._db_error,
         )
         self.store = NodeStore(self.db, node_name=self.node_name)
         self.hb_store = NodeStore(self.hb_db, node_name=self.node_name)

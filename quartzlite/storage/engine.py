@@ -100,6 +100,7 @@ class Database:
         lock_wait_timeout_s: int = 3,
         io_timeout_s: float = 10.0,
         pool_size: int = 5,
+        idle_timeout_s: int | None = None,
         on_error: Callable[[int | None], None] | None = None,
     ) -> None:
         self.url = url
@@ -112,9 +113,13 @@ class Database:
             "connect_timeout": max(1, int(io_timeout_s)),
             "read_timeout": max(1, int(io_timeout_s)),
             "write_timeout": max(1, int(io_timeout_s)),
+            # ``wait_timeout``: the server closes a connection silent for that long,
+            # rolling back its transaction. A node frozen (or cut off) inside a locked
+            # transaction thus releases its locks instead of holding them for hours.
             "init_command": (
                 "SET time_zone='+00:00', "
                 f"innodb_lock_wait_timeout={int(lock_wait_timeout_s)}"
+                + (f", wait_timeout={int(idle_timeout_s)}" if idle_timeout_s else "")
             ),
         }
         # Two pools: transactions (READ COMMITTED; every use ends in an explicit COMMIT
@@ -126,6 +131,9 @@ class Database:
             "pool_size": pool_size,
             "max_overflow": pool_size,
             "pool_recycle": 3600,
+            # Reuse the most recent connection: the others may idle out (wait_timeout)
+            # and are reconnected only when load needs them again.
+            "pool_use_lifo": True,
             "pool_reset_on_return": None,
             "connect_args": connect_args,
         }
