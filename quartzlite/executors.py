@@ -1,4 +1,4 @@
-"""Executors: run one attempt of a job and return exactly one :class:`Outcome`, on
+r"""Executors: run one attempt of a job and return exactly one :class:`Outcome`, on
 every path. They never touch the database.
 
 Shell commands run as ``bash -c`` in a new session (their own process group), so a
@@ -6,10 +6,11 @@ timeout, a kill or a fence signals the whole tree: SIGTERM to the group, SIGKILL
 the grace period. When the command ends, stragglers left in its group are killed too,
 so no child outlives its run.
 
-Python callables (``package.module:function``) run in a thread of their own with
+Python callables (``package.module:function``) run on the calling worker thread with
 their JSON keyword arguments; :func:`current_run` tells them which run they are. A
-thread cannot be killed: on timeout or kill the run is recorded at once and the
-callable's :attr:`RunContext.cancelled` event is set, so a cooperative callable stops.
+thread cannot be killed: on timeout or kill the node records the run at once (whoever
+:meth:`RunHandle.claim`\ s a run first records its one outcome) and sets the callable's
+:attr:`RunContext.cancelled` event, so a cooperative callable stops.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class RunHandle:
         self.reason: str | None = None
         self.force = False
         self.pgid: int | None = None
+        self._claimed = False
         #: Told (pgid, True) when a process group starts and (pgid, False) when it is gone.
         self.on_group = on_group
 
@@ -84,6 +86,14 @@ class RunHandle:
     @property
     def kill_requested(self) -> bool:
         return self._kill.is_set()
+
+    def claim(self) -> bool:
+        """True for the first caller only: that one records the run's outcome."""
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
 
     def wait_kill(self, timeout: float) -> bool:
         return self._kill.wait(timeout)
@@ -231,42 +241,21 @@ def run_callable(
     kwargs: Mapping[str, Any],
     *,
     context: RunContext,
-    timeout_s: float | None,
     output_limit: int,
-    handle: RunHandle,
 ) -> Outcome:
-    box: dict[str, Outcome] = {}
-    done = threading.Event()
-
-    def body() -> None:
-        token = _current.set(context)
-        try:
-            value = resolve(target)(**kwargs)
-            text = "" if value is None else repr(value)
-            box["outcome"] = Outcome(status=RunStatus.SUCCEEDED, output=text[-output_limit:])
-        except BaseException as error:  # noqa: BLE001 - a job's error is a failed run
-            trace = traceback.format_exc()
-            box["outcome"] = Outcome(
-                status=RunStatus.FAILED,
-                output=trace[-output_limit:],
-                error=f"{type(error).__name__}: {error}"[:2000],
-            )
-        finally:
-            _current.reset(token)
-            done.set()
-
-    thread = threading.Thread(target=body, name=f"job-{context.job}", daemon=True)
-    thread.start()
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while not done.is_set():
-        if handle.kill_requested:
-            context.cancelled.set()
-            return Outcome(status=RunStatus.KILLED, error=handle.reason)
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            context.cancelled.set()
-            return Outcome(status=RunStatus.TIMED_OUT, error=f"timed out after {timeout_s:g}s")
-        wait = 0.05 if left is None else min(0.05, left)
-        if done.wait(wait):
-            break
-    return box["outcome"]
+    """Call ``target(**kwargs)`` on this thread; an import or call error is a failed
+    run, never an exception. Timeouts and kills are the caller's (see the module doc)."""
+    token = _current.set(context)
+    try:
+        value = resolve(target)(**kwargs)
+        text = "" if value is None else repr(value)
+        return Outcome(status=RunStatus.SUCCEEDED, output=text[-output_limit:])
+    except BaseException as error:  # noqa: BLE001 - a job's error is a failed run
+        trace = traceback.format_exc()
+        return Outcome(
+            status=RunStatus.FAILED,
+            output=trace[-output_limit:],
+            error=f"{type(error).__name__}: {error}"[:2000],
+        )
+    finally:
+        _current.reset(token)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, delete, func, insert, select, text, update
+from sqlalchemy import bindparam, delete, func, insert, literal, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from quartzlite.clock import utc
@@ -68,6 +68,12 @@ _SPEC_COLUMNS = [
     jobs.c.misfire_grace_s, jobs.c.recovery_policy, jobs.c.priority, jobs.c.tags,
     jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
     jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
+]
+
+
+#: What the fire transaction re-checks of each job (it has the spec in memory already).
+_FIRE_COLUMNS = [
+    jobs.c.id, jobs.c.state, jobs.c.fire_id, jobs.c.owner_session, jobs.c.paused, jobs.c.deleted,
 ]
 
 
@@ -371,65 +377,77 @@ class NodeStore:
         def tx(t: Tx) -> tuple[list[Fired], list[int]]:
             self.lock(t.conn, "job")
             now = db_now(t.conn)
-            current = {
-                r["id"]: r
-                for r in t.conn.execute(
-                    select(*_SPEC_COLUMNS).where(jobs.c.id.in_([p.job_id for p in items]))
-                ).mappings()
-            }
-            to_fire: list[Prepared] = []
-            already: list[Prepared] = []
-            give_back: list[int] = []
+            due = [p for p in items if p.fire_at <= now]  # the rest stay prepared
+            if not due:
+                return [], []
+            ids = [p.job_id for p in due]
+            fire_ids = [p.fire_id for p in due]
+            # The common case in one set-based statement: every job still ours, still
+            # prepared under the same fire id, not paused, not deleted.
+            moved = t.conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.id.in_(ids),
+                    jobs.c.fire_id.in_(fire_ids),
+                    jobs.c.state == JobState.PREPARED.value,
+                    jobs.c.owner_session == session_id,
+                    jobs.c.paused.is_(False),
+                    jobs.c.deleted.is_(False),
+                )
+                .values(state=JobState.EXECUTING.value, started_at=rows.to_db(now))
+            ).rowcount
+            to_fire: list[Prepared] = due
             lost: list[int] = []
-            for item in items:
-                row = current.get(item.job_id)
-                if item.fire_at > now and not (row is not None and row["state"] == JobState.EXECUTING.value):
-                    continue  # not due yet by the database clock
-                if row is None or row["owner_session"] != session_id or row["fire_id"] != item.fire_id:
-                    lost.append(item.job_id)
-                elif row["state"] == JobState.EXECUTING.value:
-                    already.append(item)  # an earlier attempt of this transaction committed
-                elif row["state"] != JobState.PREPARED.value:
-                    lost.append(item.job_id)
-                elif row["paused"] or row["deleted"]:
-                    give_back.append(item.job_id)
-                    lost.append(item.job_id)
-                else:
-                    to_fire.append(item)
-            if give_back:
-                t.conn.execute(
-                    update(jobs).where(jobs.c.id.in_(give_back)).values(**HAND_BACK)
-                )
+            if moved != len(due):
+                # Some were not: find out which, and why (an earlier attempt of this
+                # transaction may also have committed: those are executing already).
+                current = {
+                    r["id"]: r
+                    for r in t.conn.execute(select(*_FIRE_COLUMNS).where(jobs.c.id.in_(ids))).mappings()
+                }
+                to_fire, give_back = [], []
+                for item in due:
+                    row = current.get(item.job_id)
+                    if row is None or row["owner_session"] != session_id or row["fire_id"] != item.fire_id:
+                        lost.append(item.job_id)
+                    elif row["state"] == JobState.EXECUTING.value:
+                        to_fire.append(item)
+                    elif row["state"] == JobState.PREPARED.value and (row["paused"] or row["deleted"]):
+                        give_back.append(item.job_id)
+                        lost.append(item.job_id)
+                    else:
+                        lost.append(item.job_id)
+                if give_back:
+                    t.conn.execute(update(jobs).where(jobs.c.id.in_(give_back)).values(**HAND_BACK))
             if to_fire:
+                # The run rows, copied server-side from the job rows (which hold the
+                # planned instant, slot and attempt): nothing per row crosses the wire.
+                # IGNORE: the UNIQUE (job_id, planned_at) key refuses a second run of a
+                # slot; the check below sees whose row it is.
+                source = select(
+                    jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at,
+                    func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at), jobs.c.next_attempt,
+                    literal(rows.to_db(now)), literal(session_id), literal(self.node_name),
+                    literal(RunStatus.RUNNING.value),
+                ).where(
+                    jobs.c.id.in_([p.job_id for p in to_fire]),
+                    jobs.c.fire_id.in_([p.fire_id for p in to_fire]),
+                    jobs.c.state == JobState.EXECUTING.value,
+                )
                 t.conn.execute(
-                    update(jobs)
-                    .where(
-                        jobs.c.id.in_([p.job_id for p in to_fire]),
-                        jobs.c.state == JobState.PREPARED.value,
-                        jobs.c.owner_session == session_id,
+                    insert(runs).prefix_with("IGNORE").from_select(
+                        ["job_id", "job_name", "fire_id", "planned_at", "slot_at", "attempt",
+                         "started_at", "session_id", "node", "status"],
+                        source,
                     )
-                    .values(state=JobState.EXECUTING.value, started_at=rows.to_db(now))
                 )
-                t.conn.execute(
-                    insert(runs).prefix_with("IGNORE"),
-                    [
-                        {
-                            "job_id": p.job_id, "job_name": p.name, "fire_id": p.fire_id,
-                            "planned_at": rows.to_db(p.fire_at), "slot_at": rows.to_db(p.slot_at),
-                            "attempt": p.attempt, "started_at": rows.to_db(now),
-                            "session_id": session_id, "node": self.node_name,
-                            "status": RunStatus.RUNNING.value, "output": "",
-                        }
-                        for p in to_fire
-                    ],
-                )
-            candidates = to_fire + already
+            candidates = to_fire
             if not candidates:
                 return [], lost
             stored = {
                 (r["job_id"], utc(r["planned_at"])): r
                 for r in t.conn.execute(
-                    select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id, runs.c.started_at)
+                    select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id)
                     .where(
                         runs.c.job_id.in_([p.job_id for p in candidates]),
                         runs.c.planned_at.in_({rows.to_db(p.fire_at) for p in candidates}),
@@ -443,7 +461,7 @@ class NodeStore:
                 if run is None or run["fire_id"] != p.fire_id:
                     duplicates.append(p)
                 else:
-                    fired.append(Fired(prepared=p, run_id=run["id"], started_at=utc(run["started_at"])))
+                    fired.append(Fired(prepared=p, run_id=run["id"], started_at=now))
             for p in duplicates:
                 # The slot already has a run (the UNIQUE key refused ours): never run
                 # it again; move the job on to its next slot.

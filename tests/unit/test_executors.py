@@ -68,18 +68,21 @@ def test_shell_kill_reports_the_reason_and_tells_the_group_registry() -> None:
 
 
 def test_callable_success_error_and_context() -> None:
-    ok = run_callable("os.path:join", {"a": "x", "b": "y"}, context=CONTEXT, timeout_s=None,
-                      output_limit=100, handle=RunHandle())
+    ok = run_callable("os.path:join", {"a": "x", "b": "y"}, context=CONTEXT, output_limit=100)
     assert ok.status is RunStatus.FAILED  # join() takes positional arguments only
     assert "TypeError" in (ok.error or "")
-    missing = run_callable("no_such_module_xyz:f", {}, context=CONTEXT, timeout_s=None,
-                           output_limit=100, handle=RunHandle())
+    missing = run_callable("no_such_module_xyz:f", {}, context=CONTEXT, output_limit=100)
     assert missing.status is RunStatus.FAILED
     assert "ModuleNotFoundError" in (missing.error or "")
-    found = run_callable("tests.unit.test_executors:whoami", {}, context=CONTEXT, timeout_s=None,
-                         output_limit=100, handle=RunHandle())
+    found = run_callable("tests.unit.test_executors:whoami", {}, context=CONTEXT, output_limit=100)
     assert (found.status, found.output) == (RunStatus.SUCCEEDED, "'j'")
     assert current_run() is None
+
+
+def test_a_run_is_claimed_once() -> None:
+    handle = RunHandle()
+    assert handle.claim()
+    assert not handle.claim()
 
 
 def whoami() -> str:
