@@ -35,7 +35,7 @@ typecheck: venv
 	$(VENV)/bin/mypy
 
 test: venv db lint typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not real_restart"
 
 unit: venv
 	$(PY) -m pytest -q tests/unit
@@ -51,7 +51,9 @@ schema-sql: venv
 
 # The fault suite's long variants (more kills, more cut commits, more racing writes,
 # minutes-long jobs). Their quick variants run in `make test`.
-LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_job"
+# The real MySQL restart runs here only (it restarts the shared server).
+LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_job or real_mysql_restart"
+export QUARTZLITE_RESTART_DB_CMD ?= PY=$(CURDIR)/$(PY) $(CURDIR)/scripts/restart-mysql.sh
 
 test-faults: venv db
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)
@@ -63,3 +65,16 @@ reliability-report: venv db
 	QUARTZLITE_FAULTS_LONG=1 QUARTZLITE_FAULT_REPORT=$(CURDIR)/.reliability.jsonl \
 		$(PY) -m pytest -q tests/cluster/test_faults.py
 	$(PY) scripts/reliability_report.py .reliability.jsonl docs/reliability.md
+
+.PHONY: bench
+# The benchmark (not part of `make test`): the same workloads (burst, steady, failover,
+# idle at scale, cost curve) on quartzlite and on APScheduler 3.11, against the server of
+# QUARTZLITE_DATABASE_URL in fresh qlbench_* databases (dropped afterwards). Prints the
+# table, writes bench/results.json and docs/benchmarks.md. ~15 minutes; BENCH_QUICK=1
+# runs shorter windows.
+bench: venv db $(VENV)/.bench-installed
+	$(PY) -m bench
+
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	@touch $@

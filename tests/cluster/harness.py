@@ -109,7 +109,7 @@ class Db:
     """Direct reads of the test database."""
 
     def __init__(self, url: str) -> None:
-        self.engine: Engine = create_engine(url, isolation_level="READ COMMITTED")
+        self.engine: Engine = create_engine(url, isolation_level="READ COMMITTED", pool_pre_ping=True)
 
     def rows(self, sql: str, **params: Any) -> list[Any]:
         with self.engine.connect() as conn:
