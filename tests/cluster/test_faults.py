@@ -493,8 +493,10 @@ def test_long_job_on_a_gracefully_stopped_node_is_recorded_once(
                     "command": f"echo start >> {marker}; sleep {seconds}; echo done"})
     db = Db(db_url)
     with nodes(db_url) as start:
-        a = start("a", flags=["--tag", "a"], options={"shutdown-grace-s": str(seconds * 3)})
-        b = start("b", flags=["--tag", "a"])
+        # Either node may take the job: both give running jobs time to finish.
+        grace = {"shutdown-grace-s": str(seconds * 3)}
+        a = start("a", flags=["--tag", "a"], options=grace)
+        b = start("b", flags=["--tag", "a"], options=grace)
         wait_until(lambda: db.live_sessions() == 2, timeout=60)
         a_pid = a.pid
         client.trigger_job("long")
