@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Make sure a MySQL/MariaDB server answers on 127.0.0.1:3306 as root with no password
-# (or at the host/port of QUARTZLITE_TEST_DATABASE_URL / QUARTZLITE_DATABASE_URL when
-# those point elsewhere: then we only check, never install).
+# Make sure a MySQL/MariaDB server answers at the host/port of
+# QUARTZLITE_TEST_DATABASE_URL, else QUARTZLITE_DATABASE_URL, else 127.0.0.1:3306 (root,
+# no password). A server on this machine is started (or installed); one elsewhere is
+# only checked.
 # Order: already answering -> start the installed server -> install MariaDB from the
 # OS packages, start it, and create a TCP root user (Debian's root logs in over the
 # unix socket only).
@@ -36,10 +37,16 @@ wait_answer() {
 if answers 2>/dev/null; then
   exit 0
 fi
-if [ -n "${QUARTZLITE_TEST_DATABASE_URL:-}${QUARTZLITE_DATABASE_URL:-}" ]; then
-  echo "the database named by QUARTZLITE_*_DATABASE_URL does not answer" >&2
-  answers
-fi
+host=$("$PY" -c 'import os
+from sqlalchemy.engine import make_url
+url = os.environ.get("QUARTZLITE_TEST_DATABASE_URL") or os.environ.get("QUARTZLITE_DATABASE_URL") or "mysql+pymysql://root@127.0.0.1:3306/"
+print(make_url(url).host or "127.0.0.1")')
+case "$host" in
+  127.0.0.1|localhost|::1) ;;
+  *) echo "the database server at $host does not answer (only a local one is started here)" >&2
+     answers
+     exit 1 ;;
+esac
 
 start_server() {
   mkdir -p /run/mysqld
