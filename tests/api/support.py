@@ -3,8 +3,6 @@ only a node writes (runs, sessions), and waiting on conditions with deadlines.""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -16,20 +14,6 @@ from werkzeug.test import TestResponse
 from quartzlite.storage.tables import jobs, runs, sessions
 
 T = TypeVar("T")
-
-
-def wait_until(
-    predicate: Callable[[], T], *, timeout: float, interval: float = 0.1, message: str = ""
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
-        time.sleep(interval)
 
 
 class Api:

@@ -21,8 +21,9 @@ import pytest
 
 from quartzlite.api import create_app
 from quartzlite.client import SchedulerClient
+from tests.cluster.harness import wait_until
 
-from .support import Api, wait_until
+from .support import Api
 
 pytestmark = [pytest.mark.db, pytest.mark.cluster]
 
