@@ -57,8 +57,8 @@ def main(source: str, target: str) -> None:
         "Time to recover: for crashes, the longest extra gap any job saw between two runs; for",
         "outages and restarts, from the database answering again to the first run; for a",
         "frozen node, from SIGSTOP to its session's expiry by a peer. Node settings in these",
-        "tests: heartbeat 0.5 s, fence_after 2.5 s, session_timeout 4 s (the fast settings the",
-        "README recommends), unless a row says otherwise.",
+        "tests: heartbeat 0.5 s, fence_after 2.5 s, session_timeout 4 s, poll 0.5 s (fast",
+        "failover settings), unless a row says otherwise.",
         "",
     ]
     with open(target, "w") as fh:

@@ -54,7 +54,8 @@ def database_url(server_url: str) -> Iterator[str]:
     name = f"ql_test_{uuid.uuid4().hex[:10]}"
     base = make_url(server_url)
     url = base.set(drivername="mysql+pymysql", database=name).render_as_string(hide_password=False)
-    admin = create_engine(base.set(drivername="mysql+pymysql", database=""))
+    # pre-ping: the fault suite restarts the server under this engine's pooled connection.
+    admin = create_engine(base.set(drivername="mysql+pymysql", database=""), pool_pre_ping=True)
     try:
         with admin.connect() as conn:
             conn.execute(text("SELECT 1"))
