@@ -1,0 +1,543 @@
+"""The results table (text for the terminal, markdown for docs/benchmarks.md) and the
+targets, from bench/results.json.
+
+    python -m bench.report [bench/results.json] [docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.util import ROOT
+
+RESULTS = ROOT / "bench" / "results.json"
+DOCS = ROOT / "docs" / "benchmarks.md"
+NA = "n/a"
+
+HEADERS = ("workload", "metric", "quartzlite 1 node", "quartzlite 2 nodes",
+           "APScheduler 3.11", "ql 1 node / APS", "target")
+
+
+def _get(data: Any, *path: Any) -> Any:
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def ratio(a: Any, b: Any) -> str:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        if b == 0:
+            return "-" if a == 0 else "inf"
+        return f"{a / b:.2f}x"
+    return "-"
+
+
+# -- targets -------------------------------------------------------------------------
+
+
+def _target(name: str, value: str, limit: str, passed: bool | None, note: str = "") -> dict[str, Any]:
+    return {"target": name, "value": value, "limit": limit,
+            "result": "n/a" if passed is None else ("PASS" if passed else "MISS"), "note": note}
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    w = results.get("workloads", {})
+    found = []
+
+    b2 = _get(w, "burst", "quartzlite_2")
+    if b2 and "error" not in b2:
+        ok = (b2["makespan_s"] is not None and b2["makespan_s"] <= 0.5
+              and b2["lateness_p99_ms"] is not None and b2["lateness_p99_ms"] < 250
+              and b2["missing"] == 0 and b2["duplicates"] == 0)
+        found.append(_target(
+            "burst: 2,000 at T0 on 2 nodes done within 0.5 s, p99 lateness < 250 ms",
+            f"makespan {fmt(b2['makespan_s'], 3)} s, p99 {fmt(b2['lateness_p99_ms'])} ms, "
+            f"missing {b2['missing']}, duplicates {b2['duplicates']}",
+            "<= 0.5 s, < 250 ms, 0, 0", ok))
+    for key, label in (("quartzlite_1", "1 node"), ("quartzlite_2", "2 nodes")):
+        s = _get(w, "steady", key)
+        if s and "error" not in s:
+            ok = (s["lateness_p99_ms"] is not None and s["lateness_p99_ms"] < 50
+                  and s["missed_slots"] == 0)
+            found.append(_target(
+                f"steady: 200 every-second jobs on {label}, p99 lateness < 50 ms, 0 missed",
+                f"p99 {fmt(s['lateness_p99_ms'])} ms, missed {s['missed_slots']}, "
+                f"duplicates {s['duplicates']}", "< 50 ms, 0", ok))
+    for mode, limit in (("default", 10.0), ("fast", 4.0)):
+        f = _get(w, "failover", mode)
+        if f and "error" not in f:
+            gap = f["recovery_gap_s"]
+            ok = gap is not None and gap < limit and f["duplicates_all"] == 0
+            found.append(_target(
+                f"failover ({mode} settings): recovery gap < {limit:g} s, 0 duplicates",
+                f"gap {fmt(gap, 2)} s, duplicates {f['duplicates_all']}",
+                f"< {limit:g} s, 0", ok))
+    small = _get(w, "idle", "quartzlite_small")
+    large = _get(w, "idle", "quartzlite_large")
+    if large and "error" not in large:
+        rate = large["statements_per_s"]
+        found.append(_target(
+            f"idle: < 2 statements/s per node with {large['jobs']:,} jobs",
+            f"{fmt(rate, 2)} statements/s" + ("" if large["clean"] else " (other clients were active)"),
+            "< 2 /s", rate < 2))
+        if small and "error" not in small:
+            base = small["statements_per_s"]
+            grows = rate > base * 1.2 + 0.1
+            cpu_grows = (large["cpu_s_node"] or 0) > (small["cpu_s_node"] or 0) * 1.5 + 0.2
+            found.append(_target(
+                f"idle: not growing with the number of jobs ({small['jobs']:,} -> {large['jobs']:,})",
+                f"{fmt(base, 2)} -> {fmt(rate, 2)} statements/s, CPU {fmt(small['cpu_s_node'], 2)} -> "
+                f"{fmt(large['cpu_s_node'], 2)} s per {fmt(large['window_s'], 0)} s",
+                "statements/s within 20% (+0.1), CPU within 50% (+0.2 s)", not grows and not cpu_grows))
+    for key in ("library", "cli"):
+        c = _get(w, "idle", "creation", key)
+        if c and "error" not in c:
+            found.append(_target(
+                f"bulk creation ({c['path']}) of {c['jobs']:,} jobs >= 5,000 jobs/s",
+                f"{fmt(c['jobs_per_s'])} jobs/s ({fmt(c['seconds'], 2)} s)", ">= 5,000 /s",
+                c["jobs_per_s"] >= 5000))
+    return found
+
+
+# -- the table ------------------------------------------------------------------------
+
+
+Row = list[str]
+
+
+def _row(workload: str, metric: str, q1: Any, q2: Any, aps: Any, target: str = "",
+         digits: int = 1, compare: bool = True) -> Row:
+    return [workload, metric, fmt(q1, digits), fmt(q2, digits), fmt(aps, digits),
+            ratio(q1, aps) if compare else "-", target]
+
+
+def table_rows(results: dict[str, Any]) -> list[Row]:
+    w = results.get("workloads", {})
+    rows: list[Row] = []
+
+    def err(part: Any) -> bool:
+        return isinstance(part, dict) and "error" in part
+
+    burst = w.get("burst", {})
+    if burst:
+        q1, q2, a = (burst.get(k) or {} for k in ("quartzlite_1", "quartzlite_2", "apscheduler"))
+        n = (q1.get("jobs") or q2.get("jobs") or a.get("jobs") or 0)
+        name = f"burst ({n:,} @at T0)"
+        for metric, key, digits, target in (
+            ("makespan: last start - T0 (s)", "makespan_s", 3, "<= 0.5 s (2 nodes)"),
+            ("first start - T0 (s)", "first_start_s", 3, ""),
+            ("fires per second", "fires_per_s", 0, ""),
+            ("lateness p50 (ms)", "lateness_p50_ms", 1, ""),
+            ("lateness p99 (ms)", "lateness_p99_ms", 1, "< 250 ms (2 nodes)"),
+            ("lateness max (ms)", "lateness_max_ms", 1, ""),
+            ("duplicates", "duplicates", 0, "0"),
+            ("missing", "missing", 0, "0"),
+            ("statements per fire", "statements_per_fire", 2, ""),
+        ):
+            rows.append(_row(name, metric, q1.get(key), q2.get(key), a.get(key), target, digits))
+        rows.append(_row(name, "other processes' CPU s in the window", _get(q1, "host_cpu", "other_processes_s"),
+                         _get(q2, "host_cpu", "other_processes_s"), _get(a, "host_cpu", "other_processes_s"),
+                         "", 2, compare=False))
+        split = q2.get("fires_by_pid")
+        if split:
+            rows.append(_row(name, "fires per node (2 nodes)", None,
+                             " / ".join(str(v) for v in split.values()), None, compare=False))
+        for part, label in ((q1, "ql 1 node"), (q2, "ql 2 nodes"), (a, "APScheduler")):
+            if err(part):
+                rows.append([name, f"ERROR ({label})", part["error"][:60], "", "", "", ""])
+
+    steady = w.get("steady", {})
+    if steady:
+        q1, q2, a = (steady.get(k) or {} for k in ("quartzlite_1", "quartzlite_2", "apscheduler"))
+        n = q1.get("jobs") or a.get("jobs") or 0
+        d = q1.get("duration_s") or a.get("duration_s") or 0
+        name = f"steady ({n} x every 1 s, {d} s)"
+        for metric, key, digits, target in (
+            ("lateness p50 (ms)", "lateness_p50_ms", 1, ""),
+            ("lateness p99 (ms)", "lateness_p99_ms", 1, "< 50 ms"),
+            ("lateness max (ms)", "lateness_max_ms", 1, ""),
+            ("missed slots", "missed_slots", 0, "0"),
+            ("duplicates", "duplicates", 0, "0"),
+            ("statements per second", "statements_per_s", 1, ""),
+            ("statements per fire", "statements_per_fire", 2, ""),
+            ("CPU ms per fire (scheduler processes)", "cpu_ms_per_fire", 2, ""),
+        ):
+            rows.append(_row(name, metric, q1.get(key), q2.get(key), a.get(key), target, digits))
+        rows.append(_row(name, "other processes' CPU s in the window", _get(q1, "host_cpu", "other_processes_s"),
+                         _get(q2, "host_cpu", "other_processes_s"), _get(a, "host_cpu", "other_processes_s"),
+                         "", 2, compare=False))
+        for part, label in ((q1, "ql 1 node"), (q2, "ql 2 nodes"), (a, "APScheduler")):
+            if err(part):
+                rows.append([name, f"ERROR ({label})", part["error"][:60], "", "", "", ""])
+
+    failover = w.get("failover", {})
+    for mode, limit in (("default", "< 10 s"), ("fast", "< 4 s")):
+        f = failover.get(mode)
+        if not f:
+            continue
+        name = f"failover, {mode} settings (2 nodes, {f.get('jobs', '?')} x 1 s, kill at {f.get('kill_at_s', '?')} s)"
+        if err(f):
+            rows.append([name, "ERROR", f["error"][:60], "", "", "", ""])
+            continue
+        for metric, key, digits, target in (
+            ("recovery gap: kill -> every job fired again (s)", "recovery_gap_s", 2, limit),
+            ("kill -> back on schedule (every job on time) (s)", "back_on_schedule_s", 0, ""),
+            ("killed node's last heartbeat before the kill (s)", "victim_last_heartbeat_before_kill_s", 2, ""),
+            ("kill -> survivor expires its session (s, node log)", "kill_to_expiry_s", 2, ""),
+            ("orphaned jobs (held by the killed node)", "orphaned_jobs", 0, ""),
+            ("kill -> first orphan fires again (s)", "orphans_first_fire_after_kill_s", 2, ""),
+            ("kill -> every orphan fired again (s)", "orphans_all_fired_after_kill_s", 2, ""),
+            ("worst lateness of the orphaned jobs (ms)", "orphans_worst_lateness_ms", 0, ""),
+            ("missed slots", "missed_slots", 0, ""),
+            ("duplicates", "duplicates_all", 0, "0"),
+        ):
+            rows.append([name, metric, "", fmt(f.get(key), digits), NA, "-", target])
+
+    idle = w.get("idle", {})
+    if idle:
+        creation = idle.get("creation", {})
+        lib, cli = creation.get("library") or {}, creation.get("cli") or {}
+        aps_large = idle.get("apscheduler_large") or {}
+        aps_small = idle.get("apscheduler_small") or {}
+        aps_create = aps_large.get("creation") or {}
+        name = "create jobs (bulk path)"
+        rows.append(_row(name, f"library, {fmt(lib.get('jobs'))} jobs: jobs/s", lib.get("jobs_per_s"),
+                         None, aps_create.get("jobs_per_s"), ">= 5,000 /s", 0))
+        rows.append(_row(name, f"CLI job import, {fmt(cli.get('jobs'))} jobs: jobs/s",
+                         cli.get("jobs_per_s"), None, None, ">= 5,000 /s", 0, compare=False))
+        for size in ("small", "large"):
+            q = idle.get(f"quartzlite_{size}") or {}
+            a = aps_small if size == "small" else aps_large
+            jobs = q.get("jobs") or a.get("jobs") or 0
+            name = f"idle, {jobs:,} jobs not due ({fmt(q.get('window_s') or a.get('window_s'), 0)} s)"
+            if err(q):
+                rows.append([name, "ERROR", q["error"][:60], "", "", "", ""])
+                continue
+            rows.append(_row(name, "statements per second", q.get("statements_per_s"), None,
+                             a.get("statements_per_s"), "< 2 /s" if size == "large" else "", 2))
+            rows.append(_row(name, "  server: Questions delta per s", q.get("statements_per_s_server"),
+                             None, a.get("statements_per_s_server"), "", 2, compare=False))
+            rows.append(_row(name, "  wire: the process's own statements per s",
+                             q.get("statements_per_s_wire"), None, a.get("statements_per_s_wire"),
+                             "", 2, compare=False))
+            for com in ("Com_select", "Com_update", "Com_insert", "Com_commit", "Com_rollback"):
+                rows.append(_row(name, f"  {com} (window total)", _get(q, "statements", com), None,
+                                 _get(a, "statements", com), "", 0, compare=False))
+            rows.append(_row(name, "CPU seconds, node process", q.get("cpu_s_node"), None,
+                             a.get("cpu_s_node"), "", 2))
+            rows.append(_row(name, "CPU seconds, guard process", q.get("cpu_s_guard"), None, NA,
+                             "", 2, compare=False))
+            for part, column in ((q, 2), (a, 4)):
+                if part and part.get("clean") is False:
+                    note = [name, "note", "", "", "", "", ""]
+                    note[column] = "server busy: wire count used"
+                    rows.append(note)
+
+    cost = w.get("cost", {})
+    if cost:
+        ql_curve = cost.get("quartzlite", {})
+        aps_curve = cost.get("apscheduler", {})
+        for n in sorted({int(k) for k in (*ql_curve, *aps_curve)}):
+            q = ql_curve.get(str(n)) or {}
+            a = aps_curve.get(str(n)) or {}
+            name = f"cost: {n:,} jobs x every 1 s ({q.get('duration_s') or a.get('duration_s')} s)"
+            if err(q) or err(a):
+                rows.append([name, "ERROR", (q.get("error") or "")[:40], "",
+                             (a.get("error") or "")[:40], "", ""])
+            rows.append(_row(name, "fires per second achieved", q.get("fires_per_s"), None,
+                             a.get("fires_per_s"), f"{n:,}", 0))
+            rows.append(_row(name, "missed slots", q.get("missed_slots"), None, a.get("missed_slots"),
+                             "", 0))
+            rows.append(_row(name, "lateness p99 (ms)", q.get("lateness_p99_ms"), None,
+                             a.get("lateness_p99_ms"), "", 1))
+            rows.append(_row(name, "statements per fire", q.get("statements_per_fire"), None,
+                             a.get("statements_per_fire"), "", 2))
+            rows.append(_row(name, "CPU ms per fire (scheduler)", q.get("cpu_ms_per_fire"), None,
+                             a.get("cpu_ms_per_fire"), "", 2))
+            rows.append(_row(name, "MySQL server CPU s in the window", _get(q, "host_cpu", "mysql_server_s"),
+                             None, _get(a, "host_cpu", "mysql_server_s"), "", 2))
+            rows.append(_row(name, "other processes' CPU s in the window",
+                             _get(q, "host_cpu", "other_processes_s"), None,
+                             _get(a, "host_cpu", "other_processes_s"), "", 2, compare=False))
+    return rows
+
+
+def settings_rows(results: dict[str, Any]) -> list[Row]:
+    w = results.get("workloads", {})
+    rows: list[Row] = []
+
+    def add(run: str, settings: dict[str, Any] | None) -> None:
+        if settings:
+            rows.append([run, ", ".join(f"{k}={v}" for k, v in settings.items())])
+
+    for key, label in (("quartzlite_1", "burst, quartzlite 1 node"),
+                       ("quartzlite_2", "burst, quartzlite 2 nodes (each)")):
+        add(label, _get(w, "burst", key, "settings"))
+    for key, label in (("quartzlite_1", "steady, quartzlite 1 node"),
+                       ("quartzlite_2", "steady, quartzlite 2 nodes (each)")):
+        add(label, _get(w, "steady", key, "settings"))
+    for mode in ("default", "fast"):
+        add(f"failover, {mode} (each node)", _get(w, "failover", mode, "settings"))
+    add("idle (one node)", _get(w, "idle", "quartzlite_large", "settings"))
+    for n, part in sorted((_get(w, "cost", "quartzlite") or {}).items(), key=lambda kv: int(kv[0])):
+        add(f"cost {int(n):,} jobs, quartzlite 1 node", part.get("settings"))
+    aps_settings = None
+    for part in (_get(w, "burst", "apscheduler"), _get(w, "steady", "apscheduler")):
+        if part and part.get("settings"):
+            aps_settings = part["settings"]
+    add("APScheduler (every run)", aps_settings)
+    return rows
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Row]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = [" | ".join(h.ljust(widths[i]) for i, h in enumerate(headers)),
+             "-+-".join("-" * w for w in widths)]
+    previous = None
+    for row in rows:
+        cells = list(row)
+        if cells[0] == previous:
+            cells[0] = ""
+        else:
+            previous = cells[0]
+        lines.append(" | ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip())
+    return "\n".join(lines)
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Row], numeric_from: int = 2,
+             left_from: int | None = None) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|")
+
+    align = ["---" if i < numeric_from or (left_from is not None and i >= left_from) else "---:"
+             for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(align) + " |"]
+    previous = None
+    for row in rows:
+        cells = [esc(c) for c in row]
+        if cells[0] == previous:
+            cells[0] = ""
+        else:
+            previous = cells[0]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def terminal(results: dict[str, Any]) -> str:
+    found = targets(results)
+    parts = [text_table(HEADERS, table_rows(results)), "",
+             "ratio = quartzlite (1 node) / APScheduler; for lateness, statements and CPU "
+             "lower is better, for fires/s and jobs/s higher is better.", "",
+             text_table(("target", "value", "limit", "result"),
+                        [[t["target"], t["value"], t["limit"], t["result"]] for t in found]), "",
+             text_table(("run", "settings"), settings_rows(results))]
+    missed = [t["target"] for t in found if t["result"] == "MISS"]
+    parts += ["", f"targets: {len(found) - len(missed)} PASS, {len(missed)} MISS"
+              + (": " + "; ".join(missed) if missed else "")]
+    return "\n".join(parts)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results.get("machine", {})
+    found = targets(results)
+    unclean = _unclean(results)
+    lines = [
+        "# Benchmarks: quartzlite and APScheduler 3.11",
+        "",
+        "Generated by `make bench` (`python -m bench`) from `bench/results.json`; do not edit "
+        "by hand. `BENCH_QUICK=1` runs shorter windows (" +
+        ("this page comes from such a run" if results.get("quick") else "this page is from a full run") + ").",
+        "",
+        f"Run {results.get('generated_at', '?')} in {fmt(results.get('duration_s'), 0)} s on "
+        f"{m.get('cores', '?')} cores ({m.get('cpu_model', '?')}), {m.get('ram_gib', '?')} GiB RAM, "
+        f"{m.get('os', '?')}; MySQL server {m.get('mysql', '?')} on the same machine; "
+        f"Python {m.get('python', '?')}, SQLAlchemy {m.get('sqlalchemy', '?')}, PyMySQL "
+        f"{m.get('pymysql', '?')}; quartzlite {m.get('quartzlite', '?')} at "
+        f"{m.get('quartzlite_commit', '?')}; APScheduler {m.get('apscheduler', '?')}.",
+        "",
+        "## Results",
+        "",
+        md_table(HEADERS, table_rows(results)),
+        "",
+        "The ratio column is quartzlite on 1 node divided by APScheduler (one process; a "
+        "SQLAlchemyJobStore cannot be shared by two schedulers). For lateness, statements "
+        "and CPU lower is better; for fires/s and jobs/s higher is better. \"-\" means no "
+        "value (nothing fired, or the run failed).",
+        "",
+        "## Targets",
+        "",
+        md_table(("target", "value", "limit", "result"),
+                 [[t["target"], t["value"], t["limit"], f"**{t['result']}**"] for t in found],
+                 numeric_from=4),
+        "",
+        "## Settings",
+        "",
+        md_table(("run", "settings"), settings_rows(results), numeric_from=2),
+        "",
+        "## What is measured, and how",
+        "",
+        "* Every scheduler runs in its own process, started by the bench: quartzlite as "
+        "`python -m quartzlite --database-url URL node ...` (each node in its own process "
+        "group, logging to `bench/logs/`), APScheduler as `python -m bench.aps_runner` "
+        "(a BackgroundScheduler with a SQLAlchemyJobStore and a ThreadPoolExecutor). Each "
+        "workload gets a fresh database on the same server (`quartzlite db upgrade`), dropped "
+        "afterwards.",
+        "* The job body is an in-process Python callable that records its planned instant and "
+        "the wall clock at entry. quartzlite: `bench.jobs:record` reads "
+        "`quartzlite.executors.current_run().planned_at` and appends a line to a file "
+        "(O_APPEND). APScheduler: `bench.jobs:aps_record`; date jobs get their planned "
+        "instant as an argument, interval jobs are paired with the scheduler's EXECUTED "
+        "events (`scheduled_run_time`, on the grid start_date + k x 1 s). Lateness = actual "
+        "start - planned instant. Duplicates are executions beyond the first of the same "
+        "(job, planned instant); missed slots are whole-second slots in the window without "
+        "any execution.",
+        "* Jobs are created before the measured window through the bulk path "
+        "(`SchedulerClient.add_jobs`, chunks of 5,000; APScheduler: `add_job` in a loop "
+        "while paused). Every-second jobs are `* * * * * ?` (quartzlite) and "
+        "`IntervalTrigger(seconds=1)` (APScheduler); the window starts on a whole second "
+        "after a warm-up of 4 s.",
+        "* Statements are counted on the server: the delta of `SHOW GLOBAL STATUS` "
+        "(`Questions`, and the `Com_*` counters) over the window, less the bench's own status "
+        f"read ({results.get('calibration', {}).get('own_statements', '?')} statement per "
+        "window, calibrated at start). The bench sends nothing else during a window. "
+        "`Questions` counts every statement a client sent, including the `ROLLBACK`/`COMMIT` "
+        "a driver sends by itself; pings are not statements. The server is shared: a window "
+        "in which another client (one not connected to the workload's database) ran "
+        "something is flagged below, and idle windows are measured again (up to 3 times).",
+        "* CPU is utime + stime from `/proc/PID/stat` (all threads) of the scheduler process "
+        "(and, for quartzlite, of its guard process) over the window. \"Other processes' CPU\" "
+        "is the machine's busy time (`/proc/stat`) less the measured processes, the MySQL "
+        "server and the bench itself: on a shared machine, a window where it is large ran "
+        "with fewer free cores, and its lateness is not comparable.",
+        "* burst: T0 is 8 s (quartzlite) or 12 s (APScheduler, whose job creation is slower) "
+        "after the scheduler started; makespan = last start - T0, fires/s = jobs / makespan.",
+        "* failover: 2 nodes; at 10 s into the window (on a whole second) the node holding "
+        "most jobs gets SIGKILL. Recovery gap = from the kill to the first wall-clock second "
+        "in which every job fired again (any slot: a recovered job first runs the slot it was "
+        "stranded on, late), measured to the last of those first starts. Back on schedule = "
+        "from the kill to the first slot S that every job ran within S..S+1 (whole seconds). "
+        "Orphans = the jobs the killed node held, plus any job without an on-time run in one "
+        "of the two slots after the kill; their worst lateness is that of the stranded slots' "
+        "late runs (slots within the misfire grace, 60 s, are all run, late, not skipped).",
+        "* idle: jobs `@at` half a year ahead; one node with the default settings, measured "
+        "after 8 s of settling. Its connections pass a counting proxy (`bench/wire.py`) "
+        "that counts the statements this one process sends; the server's Questions delta "
+        "is used when it agrees with that count (within 1), else the server was busy with "
+        "other clients and the wire count is used (marked).",
+    ]
+    lines += [
+        "* Reproduce: `make bench` (installs the `bench` extra: APScheduler 3.11 and py-spy); "
+        "`BENCH_QUICK=1 make bench` for shorter windows; `.venv/bin/python -m bench --only "
+        "burst,steady --merge` to rerun some workloads into the same results.",
+        "* Profile a quartzlite workload (where each thread's wall time goes, down to each "
+        "statement, the node mutex and garbage collections; the statements on the wire; "
+        "optionally py-spy): `.venv/bin/python -m bench.profile burst --nodes 2`, "
+        "`... steady --jobs 200`, `... idle --jobs 100000` (add `--spy` for py-spy).",
+    ]
+    idle = results.get("workloads", {}).get("idle", {})
+    for key, label in (("quartzlite_large", "quartzlite node"), ("apscheduler_large", "APScheduler")):
+        part = idle.get(key) or {}
+        wire = part.get("wire")
+        if wire:
+            lines += ["", f"### What an idle {label} sends ({part['jobs']:,} jobs, "
+                      f"{fmt(part['window_s'], 0)} s, counted on the wire)", ""]
+            if wire["by_statement"]:
+                lines += [md_table(("statements", "per second", "statement (literals as ?)"),
+                                   [[str(r["count"]), fmt(r["per_s"], 2), "`" + r["sql"][:160] + "`"]
+                                    for r in wire["by_statement"][:10]], numeric_from=0,
+                                   left_from=2)]
+            else:
+                lines += ["No statement at all."]
+            other = {k: v for k, v in wire["commands"].items() if k != "COM_QUERY"}
+            if other:
+                lines += ["", "Other commands (not statements): " +
+                          ", ".join(f"{k} {v}" for k, v in other.items()) + "."]
+    if unclean:
+        lines += ["", "## Windows with other clients active", "",
+                  "These windows' statement counts include statements of other clients of the "
+                  "shared server:", ""]
+        lines += [f"* {name}: {detail}" for name, detail in unclean]
+    errors = _errors(results)
+    if errors:
+        lines += ["", "## Errors", ""] + [f"* {name}: {message}" for name, message in errors]
+    return "\n".join(lines) + "\n"
+
+
+def _walk(results: dict[str, Any], visit: Callable[[str, dict[str, Any]], None]) -> None:
+    def go(prefix: str, data: Any) -> None:
+        if isinstance(data, dict):
+            if "system" in data or "error" in data:
+                visit(prefix, data)
+            for key, value in data.items():
+                if isinstance(value, dict) and key not in ("statements", "settings", "cpu_s"):
+                    go(f"{prefix}/{key}" if prefix else key, value)
+
+    go("", results.get("workloads", {}))
+
+
+def _unclean(results: dict[str, Any]) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+
+    def visit(name: str, part: dict[str, Any]) -> None:
+        if part.get("clean") is False:
+            clients = part.get("foreign_clients", [])
+            dbs = sorted({str(c.get("db")) for c in clients})
+            why = []
+            if clients:
+                why.append(f"{len(clients)} other client(s) active (databases {', '.join(dbs)})")
+            if part.get("foreign_connections"):
+                why.append(f"{part['foreign_connections']} connection(s) by other clients")
+            if part.get("server_minus_wire"):
+                why.append(f"the server counted {part['server_minus_wire']:+d} statements beyond "
+                           "the process's own (wire count used)")
+            found.append((name, "; ".join(why) or "other clients were active"))
+
+    _walk(results, visit)
+    return found
+
+
+def _errors(results: dict[str, Any]) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+
+    def visit(name: str, part: dict[str, Any]) -> None:
+        if "error" in part:
+            found.append((name, str(part["error"])))
+
+    _walk(results, visit)
+    return found
+
+
+def main(argv: Sequence[str]) -> int:
+    source = Path(argv[0]) if argv else RESULTS
+    target = Path(argv[1]) if len(argv) > 1 else DOCS
+    results = json.loads(source.read_text())
+    target.write_text(markdown(results))
+    print(terminal(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
