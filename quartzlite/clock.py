@@ -1,8 +1,8 @@
-"""Clocks. Code that needs "now" takes a :class:`Clock` so that tests can move time."""
+"""Clocks. Code that needs "now" takes a :class:`Clock` (the node takes one; its skew
+setting injects a wrong host clock for tests)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -27,30 +27,6 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
-
-
-class SettableClock:
-    """A clock that moves only when told to (db-scheduler's ``SettableClock``)."""
-
-    def __init__(self, start: datetime) -> None:
-        if start.tzinfo is None:
-            raise ValueError("start must be timezone-aware")
-        self._now = start.astimezone(UTC)
-        self._mono = 0.0
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def monotonic(self) -> float:
-        with self._lock:
-            return self._mono
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-            self._mono += seconds
 
 
 def utc(dt: datetime) -> datetime:

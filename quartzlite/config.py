@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from quartzlite.errors import ValidationError
@@ -119,9 +119,6 @@ class NodeConfig:
                 values[f.name] = _coerce(f.name, f.type, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
-
-    def with_(self, **changes: Any) -> NodeConfig:
-        return replace(self, **changes)
 
 
 def _coerce(name: str, type_: Any, raw: str) -> Any:

@@ -66,10 +66,6 @@ def error_code(error: BaseException) -> int | None:
     return None
 
 
-def is_retryable(error: BaseException) -> bool:
-    return error_code(error) in RETRYABLE_CODES
-
-
 @dataclass(slots=True)
 class Tx:
     """What a transaction callable gets: the connection, and whether an earlier
