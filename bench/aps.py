@@ -119,10 +119,6 @@ def burst(server: Server, jobs: int) -> dict[str, Any]:
     finally:
         done = runner.stop()
     records = util.read_records(runner.records)
-    distinct = {r.job for r in records}
-    last = max((r.actual for r in records), default=None)
-    first = min((r.actual for r in records), default=None)
-    makespan = None if last is None else last - t0
     counters = window.counters()
     return {
         "system": "apscheduler",
@@ -130,13 +126,7 @@ def burst(server: Server, jobs: int) -> dict[str, Any]:
         "jobs": jobs,
         "t0": t0,
         "create_s": round(create_s, 3),
-        "fired": len(distinct),
-        "missing": jobs - len(distinct),
-        "duplicates": util.duplicates(records),
-        "first_start_s": None if first is None else round(first - t0, 4),
-        "makespan_s": None if makespan is None else round(makespan, 4),
-        "fires_per_s": None if not makespan or makespan <= 0 else round(len(distinct) / makespan, 1),
-        **util.lateness_stats(records),
+        **util.burst_stats(records, jobs, t0),
         "statements": counters,
         "statements_per_fire": round(counters["Questions"] / len(records), 2) if records else None,
         "window_s": round(window.seconds, 2),

@@ -221,10 +221,6 @@ def burst(server: Server, nodes: int, jobs: int, capacity: int) -> dict[str, Any
 def burst_report(records: list[util.Record], jobs: int, t0: float, window: Window,
                  started: list[Any], nodes: int, options: dict[str, Any],
                  create_s: float) -> dict[str, Any]:
-    distinct = {r.job for r in records}
-    first = min((r.actual for r in records), default=None)
-    last = max((r.actual for r in records), default=None)
-    makespan = None if last is None else last - t0
     counters = window.counters()
     fires = len(records)
     return {
@@ -233,13 +229,7 @@ def burst_report(records: list[util.Record], jobs: int, t0: float, window: Windo
         "jobs": jobs,
         "t0": t0,
         "create_s": round(create_s, 3),
-        "fired": len(distinct),
-        "missing": jobs - len(distinct),
-        "duplicates": util.duplicates(records),
-        "first_start_s": None if first is None else round(first - t0, 4),
-        "makespan_s": None if makespan is None else round(makespan, 4),
-        "fires_per_s": None if not makespan or makespan <= 0 else round(len(distinct) / makespan, 1),
-        **util.lateness_stats(records),
+        **util.burst_stats(records, jobs, t0),
         "fires_by_pid": util.per_pid(records),
         "statements": counters,
         "statements_per_fire": round(counters["Questions"] / fires, 2) if fires else None,

@@ -598,6 +598,24 @@ def slots_report(records: Sequence[Record], jobs: Sequence[str], start: int, end
     }
 
 
+def burst_stats(records: Sequence[Record], jobs: int, t0: float) -> dict[str, Any]:
+    """What a burst of ``jobs`` one-shot jobs due at ``t0`` did, from the bodies' records
+    (the same for every system)."""
+    distinct = {r.job for r in records}
+    first = min((r.actual for r in records), default=None)
+    last = max((r.actual for r in records), default=None)
+    makespan = None if last is None else last - t0
+    return {
+        "fired": len(distinct),
+        "missing": jobs - len(distinct),
+        "duplicates": duplicates(records),
+        "first_start_s": None if first is None else round(first - t0, 4),
+        "makespan_s": None if makespan is None else round(makespan, 4),
+        "fires_per_s": None if not makespan or makespan <= 0 else round(len(distinct) / makespan, 1),
+        **lateness_stats(records),
+    }
+
+
 def per_pid(records: Iterable[Record]) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
     for r in records:
