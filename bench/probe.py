@@ -28,6 +28,7 @@ from typing import Any
 TARGETS = (
     "quartzlite.storage.node:NodeStore.prepare_due",
     "quartzlite.storage.node:NodeStore.fire",
+    "quartzlite.storage.node:NodeStore.start_check",
     "quartzlite.storage.node:NodeStore.complete",
     "quartzlite.storage.node:NodeStore.watch",
     "quartzlite.storage.node:NodeStore.heartbeat",

@@ -43,6 +43,13 @@ class NodeConfig:
     #: that dies is stranded until its session expires, so the window stays short:
     #: just long enough that a job is prepared before it is due. Default 2.0.
     look_ahead_s: float = 2.0
+    #: How far ahead of its instant (seconds) a prepared job is fired: its run row is
+    #: committed and handed to a worker thread, which waits for the instant (by the
+    #: database clock) and starts the run then. The fire transaction, and any wait for
+    #: the job lock behind peers, is thus off the run's start. A pause or delete that
+    #: commits inside this window no longer stops that one run (a kill does). Capped
+    #: at ``look_ahead_s``; 0 fires at the instant. Default 0.5.
+    fire_ahead_s: float = 0.5
     #: Seconds between compensation passes when the watch sees nothing amiss (jobs the
     #: DB says we own but memory does not know). Default 30.0.
     compensate_interval_s: float = 30.0
@@ -82,6 +89,8 @@ class NodeConfig:
                 raise ValidationError(name, "must be greater than 0")
         if self.look_ahead_s < 0:
             raise ValidationError("look_ahead_s", "must not be negative")
+        if not 0 <= self.fire_ahead_s <= 60:
+            raise ValidationError("fire_ahead_s", "must be between 0 and 60")
         if self.shutdown_grace_s < 0:
             raise ValidationError("shutdown_grace_s", "must not be negative")
         if not 1 <= self.capacity <= 10_000:
@@ -108,6 +117,11 @@ class NodeConfig:
                 f"({self.fence_after_s + 2 * self.heartbeat_interval_s:g}s), so that a node "
                 "fences itself before its peers expire it",
             )
+
+    @property
+    def effective_fire_ahead_s(self) -> float:
+        """``fire_ahead_s``, at most ``look_ahead_s`` (nothing is fired unprepared)."""
+        return min(self.fire_ahead_s, self.look_ahead_s)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> NodeConfig:

@@ -30,6 +30,9 @@ class RunStatus(StrEnum):
     KILLED = "killed"
     ABANDONED = "abandoned"
     MISSED = "missed"
+    #: Fired ahead of its instant, but its job was paused or deleted before the instant
+    #: came: it never started.
+    CANCELLED = "cancelled"
 
     @property
     def is_final(self) -> bool:
@@ -44,6 +47,7 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
             RunStatus.TIMED_OUT,
             RunStatus.KILLED,
             RunStatus.ABANDONED,
+            RunStatus.CANCELLED,
         }
     ),
     RunStatus.SUCCEEDED: frozenset(),
@@ -52,6 +56,7 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.KILLED: frozenset(),
     RunStatus.ABANDONED: frozenset(),
     RunStatus.MISSED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
 }
 
 

@@ -163,7 +163,9 @@ class Fired:
 
     prepared: Prepared
     run_id: int
-    started_at: datetime
+    #: The database clock in the fire transaction (before the planned instant when the
+    #: run was fired ahead of it).
+    fired_at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,3 +185,6 @@ class Finished:
     fired: Fired
     outcome: Outcome
     ended_at: datetime
+    #: When the node released the run to its worker (database clock); None if it
+    #: never started (killed, paused or deleted while it waited for its instant).
+    started_at: datetime | None

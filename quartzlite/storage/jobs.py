@@ -250,7 +250,8 @@ class JobStore:
 
     def delete(self, name: str) -> Job:
         """Mark deleted (history kept); the name becomes free. A prepared job is
-        taken back from its node; a running one finishes (kill it to stop it)."""
+        taken back from its node; a run fired ahead of its instant does not start (its
+        node checks at the instant); a running one finishes (kill it to stop it)."""
 
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
@@ -309,7 +310,8 @@ class JobStore:
         return self.db.transaction(tx, name="kill_job")
 
     def set_paused(self, name: str, paused: bool, planner: Planner) -> Job:
-        """Pause: a prepared job is taken back from its node (a running one finishes).
+        """Pause: a prepared job is taken back from its node, a run fired ahead of its
+        instant does not start (its node checks at the instant), a running one finishes.
         Resume: the next fire is planned from now; slots while paused are not due."""
 
         def tx(t: Tx) -> Job:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, delete, func, insert, literal, select, text, update
+from sqlalchemy import and_, bindparam, delete, func, insert, literal, or_, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from quartzlite.clock import utc
@@ -113,6 +113,15 @@ class Completed:
 
     next_due: datetime | None
     db_now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartCheck:
+    """The database clock at a start check, and why some fired runs must not start."""
+
+    db_now: datetime
+    #: job id -> "paused", "deleted", "kill" or "moved" (no longer this fire of ours).
+    stopped: dict[int, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -366,18 +375,21 @@ class NodeStore:
     # -- fire --------------------------------------------------------------------
 
     def fire(
-        self, *, session_id: str, items: Sequence[Prepared], planner: Planner
+        self, *, session_id: str, items: Sequence[Prepared], planner: Planner,
+        ahead_s: float = 0.0,
     ) -> tuple[list[Fired], list[int]]:
-        """prepared -> executing plus a running run row, for everything due now, in one
-        transaction. Re-checks owner, fire id, paused and deleted under the job lock.
-        Returns the fired runs and the ids of the jobs this node no longer owns; an item
-        not yet due by the database clock is neither (it stays prepared), so a run
-        never starts before its planned instant, whatever our clock estimate says."""
+        """prepared -> executing plus a running run row, for everything due within
+        ``ahead_s`` of now, in one transaction. Re-checks owner, fire id, paused and
+        deleted under the job lock. Returns the fired runs and the ids of the jobs this
+        node no longer owns; an item not yet that close by the database clock is neither
+        (it stays prepared), whatever our clock estimate says. A run's ``started_at`` is
+        its planned instant until its result records when it really started."""
 
         def tx(t: Tx) -> tuple[list[Fired], list[int]]:
             self.lock(t.conn, "job")
             now = db_now(t.conn)
-            due = [p for p in items if p.fire_at <= now]  # the rest stay prepared
+            horizon = now + timedelta(seconds=ahead_s)
+            due = [p for p in items if p.fire_at <= horizon]  # the rest stay prepared
             if not due:
                 return [], []
             ids = [p.job_id for p in due]
@@ -394,7 +406,8 @@ class NodeStore:
                     jobs.c.paused.is_(False),
                     jobs.c.deleted.is_(False),
                 )
-                .values(state=JobState.EXECUTING.value, started_at=rows.to_db(now))
+                .values(state=JobState.EXECUTING.value,
+                        started_at=func.greatest(jobs.c.next_fire_at, rows.to_db(now)))
             ).rowcount
             to_fire: list[Prepared] = due
             lost: list[int] = []
@@ -427,7 +440,8 @@ class NodeStore:
                 source = select(
                     jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at,
                     func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at), jobs.c.next_attempt,
-                    literal(rows.to_db(now)), literal(session_id), literal(self.node_name),
+                    func.greatest(jobs.c.next_fire_at, rows.to_db(now)),
+                    literal(session_id), literal(self.node_name),
                     literal(RunStatus.RUNNING.value),
                 ).where(
                     jobs.c.id.in_([p.job_id for p in to_fire]),
@@ -461,7 +475,7 @@ class NodeStore:
                 if run is None or run["fire_id"] != p.fire_id:
                     duplicates.append(p)
                 else:
-                    fired.append(Fired(prepared=p, run_id=run["id"], started_at=now))
+                    fired.append(Fired(prepared=p, run_id=run["id"], fired_at=now))
             for p in duplicates:
                 # The slot already has a run (the UNIQUE key refused ours): never run
                 # it again; move the job on to its next slot.
@@ -479,6 +493,46 @@ class NodeStore:
             return fired, lost
 
         return self.db.transaction(tx, name="fire")
+
+    def start_check(self, session_id: str, items: Sequence[Prepared]) -> StartCheck:
+        """At the instant of runs fired ahead of it: the database clock, and those whose
+        job was paused, deleted or asked to die since (or is no longer this fire of
+        ours). One autocommitted consistent read that locks nothing and returns only
+        the exceptions (usually none)."""
+        anchor = select(literal(1).label("one")).subquery("anchor")
+        changed = and_(
+            jobs.c.id.in_([p.job_id for p in items]),
+            or_(
+                jobs.c.paused.is_(True), jobs.c.deleted.is_(True),
+                jobs.c.kill_requested.is_(True), jobs.c.state != JobState.EXECUTING.value,
+                jobs.c.owner_session != session_id,
+                jobs.c.fire_id.not_in([p.fire_id for p in items]),
+            ),
+        )
+        query = select(
+            func.now(6), jobs.c.id, jobs.c.state, jobs.c.owner_session, jobs.c.fire_id,
+            jobs.c.paused, jobs.c.deleted, jobs.c.kill_requested,
+        ).select_from(anchor.outerjoin(jobs, changed))
+        fire_ids = {p.job_id: p.fire_id for p in items}
+
+        def run(conn: Connection) -> StartCheck:
+            found = conn.execute(query).all()
+            stopped: dict[int, str] = {}
+            for _now, job_id, state, owner, fire_id, paused, deleted, kill in found:
+                if job_id is None:
+                    continue
+                if (state != JobState.EXECUTING.value or owner != session_id
+                        or fire_id != fire_ids.get(job_id)):
+                    stopped[job_id] = "moved"
+                elif kill:
+                    stopped[job_id] = "kill"
+                elif deleted:
+                    stopped[job_id] = "deleted"
+                elif paused:
+                    stopped[job_id] = "paused"
+            return StartCheck(db_now=utc(found[0][0]), stopped=stopped)
+
+        return self.db.read(run, retry=RetryPolicy(deadline_s=0), name="start_check")
 
     # -- results -----------------------------------------------------------------
 
@@ -509,6 +563,7 @@ class NodeStore:
                     {
                         "id": item.fired.run_id, "fire_id": p.fire_id,
                         "status": item.outcome.status.value, "ended_at": rows.to_db(item.ended_at),
+                        "started_at": None if item.started_at is None else rows.to_db(item.started_at),
                         "exit_code": item.outcome.exit_code, "output": item.outcome.output,
                         "error": item.outcome.error,
                     }
@@ -535,7 +590,7 @@ class NodeStore:
             # lock is held for a few round trips, however large the batch.
             update_from_rows(
                 t.conn, "ql_runs", run_values, match=("id", "fire_id"),
-                assign=("status", "ended_at", "exit_code", "output", "error"),
+                assign=("status", "started_at", "ended_at", "exit_code", "output", "error"),
                 where="t.status = 'running'",
             )
             update_from_rows(

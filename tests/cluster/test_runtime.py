@@ -389,6 +389,57 @@ def test_pause_and_delete_of_a_prepared_job_are_honoured(
     db.close()
 
 
+def test_runs_fired_ahead_start_at_their_instant_unless_stopped_while_waiting(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    log = tmp_path / "exec.log"
+    marker = tmp_path / "shell-started"
+    db = Db(db_url)
+    at = db_now(db) + timedelta(seconds=15)
+    for name in ("on-time", "killed-python", "paused", "deleted"):
+        client.add_job(recorder(name, log, schedule=f"@at {at.isoformat()}"))
+    client.add_job({"name": "killed-shell", "schedule": f"@at {at.isoformat()}",
+                    "command": f"touch {marker}"})
+    client.add_job(recorder("sentinel", log, schedule=f"@at {(at + timedelta(seconds=1)).isoformat()}"))
+    planned = at.replace(tzinfo=None)
+    with nodes(db_url) as start:
+        node = start("n", options={"look-ahead-s": "30", "fire-ahead-s": "30"})
+        wait_until(
+            lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE planned_at = :at AND status = 'running'",
+                              at=planned) == 5,
+            timeout=30, message="the five runs fired ahead of their instant",
+        )
+        assert db_now(db) < at, "fired ahead: this check needs the instant still to come"
+        assert not executions(log), "nothing starts before its instant"
+        assert not marker.exists(), "nothing starts before its instant"
+        client.kill_job("killed-python")
+        client.kill_job("killed-shell")
+        client.pause_job("paused")
+        client.delete_job("deleted")
+        wait_until(lambda: any(k[0] == "sentinel" for k in executions(log)), timeout=60,
+                   message="sentinel ran (the instant has passed)")
+        wait_until(lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE status = 'running'") == 0,
+                   timeout=30, message="every run recorded")
+        runs = {r.job_name: r for r in db.rows(
+            "SELECT job_name, status, planned_at, started_at, error FROM ql_runs")}
+        assert runs["on-time"].status == "succeeded"
+        assert runs["on-time"].started_at >= runs["on-time"].planned_at, "not before its instant"
+        expected = {"killed-python": "killed", "killed-shell": "killed",
+                    "paused": "cancelled", "deleted": "cancelled"}
+        for name, status in expected.items():
+            assert runs[name].status == status, runs[name]
+            assert runs[name].started_at is None, f"{name} never started"
+        assert "before it started" in runs["killed-shell"].error
+        assert "paused" in runs["paused"].error
+        assert "deleted" in runs["deleted"].error
+        assert {k[0] for k in executions(log)} == {"on-time", "sentinel"}
+        assert not marker.exists()
+        assert client.get_job("paused").state.value == "idle"
+        node.signal(signal.SIGTERM)
+        assert node.wait(30) == 0
+    db.close()
+
+
 def test_resume_runs_a_paused_job_again(db_url: str, client: SchedulerClient, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     client.add_job(recorder("every", log, paused=True))

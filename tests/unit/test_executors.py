@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,9 +27,20 @@ def shell(
                      output_limit=output_limit, handle=handle or RunHandle())
 
 
-def gone(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+def gone(pid: int, within_s: float = 5.0) -> bool:
+    """True once ``pid`` has exited (a SIGKILL is delivered asynchronously: allow it a
+    moment, with a deadline)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 def test_tail_keeps_the_last_bytes() -> None:

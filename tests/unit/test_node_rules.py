@@ -49,12 +49,21 @@ def test_defaults_are_valid_and_fence_before_expiry() -> None:
         ({"heartbeat_interval_s": 0}, "heartbeat_interval_s"),
         ({"lock_wait_timeout_s": 0}, "lock_wait_timeout_s"),
         ({"look_ahead_s": -1}, "look_ahead_s"),
+        ({"fire_ahead_s": -0.1}, "fire_ahead_s"),
+        ({"fire_ahead_s": 61}, "fire_ahead_s"),
     ],
 )
 def test_settings_that_break_the_rules_are_refused(changes: dict[str, object], field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         NodeConfig(database_url="mysql+pymysql://x/y", **changes)  # type: ignore[arg-type]
     assert caught.value.field == field
+
+
+def test_runs_are_fired_ahead_at_most_the_look_ahead() -> None:
+    url = "mysql+pymysql://x/y"
+    assert NodeConfig(database_url=url).effective_fire_ahead_s == 0.5
+    assert NodeConfig(database_url=url, look_ahead_s=0.2).effective_fire_ahead_s == 0.2
+    assert NodeConfig(database_url=url, fire_ahead_s=0).effective_fire_ahead_s == 0
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,8 +113,8 @@ def test_histogram_is_cumulative() -> None:
 def finished(job: JobSpec, status: RunStatus, *, slot: datetime = T0, attempt: int = 1) -> Finished:
     prepared = Prepared(job_id=1, name=job.name, fire_id="s:1:1", fire_at=slot, slot_at=slot,
                         attempt=attempt, spec=job)
-    fired = Fired(prepared=prepared, run_id=7, started_at=slot)
-    return Finished(fired=fired, outcome=Outcome(status=status), ended_at=slot)
+    fired = Fired(prepared=prepared, run_id=7, fired_at=slot)
+    return Finished(fired=fired, outcome=Outcome(status=status), ended_at=slot, started_at=slot)
 
 
 def test_backoff_is_exponential_capped_and_jittered() -> None:

@@ -1,0 +1,73 @@
+"""NodeStore's fire-ahead path against the real database, without node processes:
+runs fired before their instant, and the start check that decides at the instant."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from quartzlite.client import SchedulerClient
+from quartzlite.enums import JobState
+from quartzlite.node.planning import SchedulePlanner
+from quartzlite.storage.engine import Database
+from quartzlite.storage.node import NodeStore
+
+pytestmark = pytest.mark.db
+
+SESSION = "a" * 32
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[NodeStore]:
+    db = Database(db_url)
+    found = NodeStore(db, node_name="test:1")
+    found.register(session_id=SESSION, host="test", pid=1, capacity=100, tags=(), version="t")
+    yield found
+    db.dispose()
+
+
+def test_runs_are_fired_ahead_and_checked_at_their_instant(
+    client: SchedulerClient, store: NodeStore
+) -> None:
+    at = client.now() + timedelta(seconds=30)
+    names = ["on-time", "paused", "deleted", "killed", "late"]
+    client.add_jobs([{"name": n, "schedule": f"@at {at.isoformat()}", "command": "true"}
+                     for n in names])
+    planner = SchedulePlanner()
+    scan = store.prepare_due(session_id=SESSION, fire_prefix=f"{SESSION}:1:", limit=100,
+                             tag_sets=[""], look_ahead_s=60, planner=planner)
+    assert len(scan.prepared) == len(names)
+
+    # Not within the fire-ahead window yet: nothing fires, everything stays prepared.
+    fired, lost = store.fire(session_id=SESSION, items=scan.prepared, planner=planner, ahead_s=5)
+    assert (fired, lost) == ([], [])
+
+    fired, lost = store.fire(session_id=SESSION, items=scan.prepared, planner=planner, ahead_s=60)
+    assert lost == []
+    assert sorted(f.prepared.name for f in fired) == sorted(names)
+    assert all(f.fired_at < f.prepared.fire_at for f in fired), "fired before the instant"
+    assert all(j.state is JobState.EXECUTING for j in client.list_jobs().items)
+    # Until its result says otherwise, a run fired ahead shows its planned start.
+    assert all(r.started_at == r.planned_at for r in client.list_runs().items)
+
+    check = store.start_check(SESSION, [f.prepared for f in fired])
+    assert check.stopped == {}
+    assert check.db_now < at
+
+    by_name = {f.prepared.name: f.prepared for f in fired}
+    client.pause_job("paused")
+    client.delete_job("deleted")
+    client.kill_job("killed")
+    check = store.start_check(SESSION, list(by_name.values()))
+    assert check.stopped == {
+        by_name["paused"].job_id: "paused",
+        by_name["deleted"].job_id: "deleted",
+        by_name["killed"].job_id: "kill",
+    }
+    # A fire that is no longer ours (another fire id) is never started either.
+    stale = replace(by_name["late"], fire_id=f"{SESSION}:0:{by_name['late'].job_id}")
+    check = store.start_check(SESSION, [stale, by_name["on-time"]])
+    assert check.stopped == {stale.job_id: "moved"}
