@@ -462,7 +462,9 @@ def markdown(results: dict[str, Any]) -> str:
         "## Where quartzlite's lateness went",
         "",
         "The first full run missed both lateness targets (burst on 2 nodes: p99 398 ms; "
-        "steady: p99 134-169 ms). Profiled with `bench.profile` (per-thread timings of "
+        "steady: p99 134-169 ms; on the machine of this page, before the changes below, "
+        "the same workloads measured p99 320 ms and 73 ms). Profiled with `bench.profile` "
+        "(per-thread timings of "
         "every statement, the node mutex and garbage collections) and py-spy, the time "
         "was spent in three places, each now removed:",
         "",
@@ -475,9 +477,10 @@ def markdown(results: dict[str, Any]) -> str:
         "* One node prepared the whole burst (its limit was its free capacity), so a second "
         "node added nothing. Nodes now prepare in turns of at most 500 jobs, and peers "
         "woken for the same instant share the burst (1,000 each on 2 nodes).",
-        "* Starting 1,000 runs whose worker threads each timed their own wait took ~300 ms "
-        "(they all wake at once and fight for the GIL; measured in isolation: p99 299 ms). "
-        "One starter thread now releases them through the worker pool's queue, one wake "
+        "* Fired ahead, a burst must still start at one instant. Worker threads that each "
+        "timed their own wait for it took ~300 ms for 1,000 runs (they all wake at once "
+        "and fight for the GIL; p99 299 ms in an isolated test, 380 ms in the burst). One "
+        "starter thread now releases the runs through the worker pool's queue, one wake "
         "per run (p99 109 ms in the same isolated test).",
     ]
     idle = results.get("workloads", {}).get("idle", {})

@@ -8,18 +8,19 @@ serialize; they hold no SQL and no try/except. Errors become one JSON shape in
 
 from __future__ import annotations
 
-from flask import Flask
+from flask import Flask, Response, current_app, request
 
 from quartzlite import __version__
 from quartzlite.client import SchedulerClient
 
-from . import audit, auth, cluster, errors, health, jobs, openapi, runs, schedule
+from . import access, audit, auth, cluster, errors, health, jobs, openapi, runs, schedule
 from .context import EXTENSION, ApiState, NodeView
 from .metrics import build_registry
 
 API_PREFIX = "/api/v1"
 #: Largest request body accepted (bytes); larger ones get 413. Default 1 MiB.
 MAX_BODY_BYTES = 1024 * 1024
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def create_app(
@@ -37,12 +38,23 @@ def create_app(
     state = ApiState(client=client, node=node, expect_node=expect_node)
     state.registry = build_registry(state, __version__)
     app.extensions[EXTENSION] = state
+    access.register(app)
     errors.register(app)
     auth.register(app)
     app.register_blueprint(health.bp)
     for module in (jobs, runs, cluster, schedule, audit, openapi):
         app.register_blueprint(module.bp, url_prefix=API_PREFIX)
+    app.after_request(_poke_node)
     return app
+
+
+def _poke_node(response: Response) -> Response:
+    """After a successful write, the node of this process (``serve``) looks for due work
+    at once: a job added or triggered here starts without waiting for the next poll."""
+    node = current_app.extensions[EXTENSION].node
+    if node is not None and request.method in WRITES and 200 <= response.status_code < 300:
+        node.poke()
+    return response
 
 
 def set_node(app: Flask, node: NodeView | None) -> None:

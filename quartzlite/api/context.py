@@ -68,6 +68,9 @@ class NodeView(Protocol):
 
     def heartbeat_age_s(self) -> float: ...
 
+    def poke(self) -> None:
+        """A job changed here: look for due work now, not at the next poll."""
+
 
 @dataclass(slots=True, kw_only=True)
 class ApiState:

@@ -9,7 +9,7 @@ metric                                       type       meaning
 ===========================================  =========  ===================================
 quartzlite_fires_total                       counter    runs this node fired
 quartzlite_runs_total{status}                counter    runs this node finished, by status
-quartzlite_fire_lateness_seconds             histogram  fire instant minus planned instant
+quartzlite_fire_lateness_seconds             histogram  run start minus planned instant
 quartzlite_prepared_jobs                     gauge      jobs prepared (owned, not yet due)
 quartzlite_executing_jobs                    gauge      runs executing now
 quartzlite_heartbeat_age_seconds             gauge      since the last successful heartbeat
@@ -79,7 +79,7 @@ class NodeCollector(Collector):
         buckets = [(_le(bound), float(count)) for bound, count in cumulative]
         yield HistogramMetricFamily(
             "quartzlite_fire_lateness_seconds",
-            "Seconds between a run's planned instant and its fire (database clock)",
+            "Seconds between a run's planned instant and its start on a worker (database clock)",
             buckets=buckets,
             sum_value=total,
         )

@@ -331,6 +331,12 @@ class Node:
     def heartbeat_age_s(self) -> float:
         return self.clock.monotonic() - self.last_beat_mono
 
+    def poke(self) -> None:
+        """A job was added, triggered or changed in this process (``quartzlite serve``):
+        run the watch now instead of at the next poll."""
+        if not self.fenced.is_set() and not self.stopping:
+            self.watcher.wake()
+
     # -- time ------------------------------------------------------------------------
 
     def db_now(self) -> datetime:
@@ -878,8 +884,10 @@ class _Starter(_NodeService):
                 self._not_started(e, "kill")
             else:
                 ahead.append(e)
+        held = 0.0
         if ahead:
-            release.extend(self._check(ahead))
+            checked, held = self._check(ahead)
+            release.extend(checked)
         for e in release:
             if node.fenced.is_set():
                 return None
@@ -888,11 +896,11 @@ class _Starter(_NodeService):
             following = self._waiting[0][0] if self._waiting else None
         if following is None:
             return None
-        return max(0.0, (following - node.db_now()).total_seconds())
+        return max(held, (following - node.db_now()).total_seconds())
 
-    def _check(self, ahead: list[Execution]) -> list[Execution]:
-        """The start check; returns the runs to release now (the rest are stopped, or
-        put back when the database clock has not reached their instant yet)."""
+    def _check(self, ahead: list[Execution]) -> tuple[list[Execution], float]:
+        """The start check: the runs to release now, and how long until the database
+        clock reaches the instant of those put back (it lagged our estimate)."""
         node = self.node
         try:
             check = node.store.start_check(node.session_id, [e.fired.prepared for e in ahead])
@@ -904,20 +912,22 @@ class _Starter(_NodeService):
             now = node.db_now()
             for e in ahead:
                 e.started_at = now
-            return ahead
+            return ahead, 0.0
         release: list[Execution] = []
+        held = 0.0
         for e in ahead:
             p = e.fired.prepared
             why = check.stopped.get(p.job_id)
             if why is not None:
                 self._not_started(e, why)
             elif p.fire_at > check.db_now:  # our clock estimate ran ahead of the database's
+                held = max(held, (p.fire_at - check.db_now).total_seconds())
                 with self._heap_lock:
                     self._push(e)
             else:
                 e.started_at = check.db_now
                 release.append(e)
-        return release
+        return release, held
 
     def _not_started(self, execution: Execution, why: str) -> None:
         status, reason = self.STOPPED[why]

@@ -102,3 +102,20 @@ def test_token_secrets_are_stored_hashed(client: SchedulerClient, db_url: str) -
     assert len(stored) == 64
     assert client.authenticate(secret).name == "hashed"
     assert token.role.value == "viewer"
+
+
+def test_every_request_is_in_the_access_log_without_secrets(
+    api: Api, anonymous: Api, admin_secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="quartzlite.api.access")
+    api.get("/api/v1/jobs?limit=5")
+    anonymous.get("/api/v1/jobs")
+
+    lines = [r for r in caplog.records if r.name == "quartzlite.api.access"]
+    assert [(r.method, r.path, r.status, r.token) for r in lines] == [  # type: ignore[attr-defined]
+        ("GET", "/api/v1/jobs", 200, "ops-admin"),
+        ("GET", "/api/v1/jobs", 401, "-"),
+    ]
+    assert '"GET /api/v1/jobs?limit=5" 200' in lines[0].getMessage()
+    assert all(r.duration_ms >= 0 for r in lines)  # type: ignore[attr-defined]
+    assert admin_secret not in caplog.text

@@ -59,9 +59,13 @@ class FakeNode:
     prepared: dict[int, object] = field(default_factory=lambda: {1: object()})
     executing: dict[int, object] = field(default_factory=lambda: {2: object(), 3: object()})
     store: FakeStore = field(default_factory=FakeStore)
+    pokes: int = 0
 
     def is_live(self) -> bool:
         return self.live
+
+    def poke(self) -> None:
+        self.pokes += 1
 
     def heartbeat_age_s(self) -> float:
         return 0.4 if self.live else 12.0
@@ -196,3 +200,18 @@ def test_the_lateness_histogram_is_cumulative() -> None:
     assert dict(cumulative)[60.0] == 4
     assert cumulative[-1] == (math.inf, 5)
     assert total == pytest.approx(75.325)
+
+
+def test_successful_writes_poke_the_node_of_this_process(
+    client: SchedulerClient, admin_secret: str
+) -> None:
+    node = FakeNode()
+    api = Api(create_app(client, node=node), admin_secret)
+    body = {"name": "poked", "schedule": "@every 1h", "command": "true"}
+
+    assert api.post("/api/v1/jobs", json=body).status_code == 201
+    assert api.post("/api/v1/jobs/poked/trigger").status_code == 202
+    assert node.pokes == 2
+    assert api.get("/api/v1/jobs/poked").status_code == 200  # reads never poke
+    assert api.post("/api/v1/jobs", json=body).status_code == 409  # nor failed writes
+    assert node.pokes == 2

@@ -157,3 +157,44 @@ def test_api_alone_serves_and_stops_on_sigterm(db_url: str) -> None:
         )
 
         assert _stop(api, log) == 0, log.read_text()[-4000:]
+
+
+@pytest.mark.timeout(240)
+def test_serve_starts_a_job_triggered_through_its_api_without_waiting_for_a_poll(
+    client: SchedulerClient, db_url: str
+) -> None:
+    _, secret = client.create_token("ops", "admin")
+    # The watch polls every 150 s and the scanner's safety net runs every 60 s: only the
+    # API's poke can start the run within the 30 s this test waits (the first poll and
+    # scan ran when the node started, a few seconds before the trigger).
+    flags = ["--heartbeat-interval-s", "0.5", "--fence-after-s", "3",
+             "--session-timeout-s", "300", "--poll-interval-s", "150"]
+    args = ["--database-url", db_url, "serve", *flags, "--api-port", "0"]
+    with process(args, "serve") as (serve, log):
+        listening = wait_until(
+            lambda: re.search(r"API listening on 127\.0\.0\.1:(\d+)", log.read_text())
+            or serve.poll() is not None,
+            timeout=60, message="the API to listen",
+        )
+        assert serve.poll() is None, log.read_text()
+        assert isinstance(listening, re.Match)
+        base = f"http://127.0.0.1:{listening.group(1)}"
+        wait_until(lambda: _http(f"{base}/readyz")[0] == 200, timeout=60, message="ready")
+
+        def post(path: str, body: dict[str, Any] | None = None) -> int:
+            request = urllib.request.Request(  # noqa: S310 - our own local server
+                f"{base}{path}", method="POST", data=json.dumps(body or {}).encode(),
+                headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+                return int(response.status)
+
+        assert post("/api/v1/jobs", {"name": "now", "schedule": "0 0 1 1 *",
+                                     "command": "echo triggered"}) == 201
+        assert post("/api/v1/jobs/now/trigger") == 202
+        run = wait_until(
+            lambda: next((r for r in client.list_runs(job="now").items if r.status.value == "succeeded"), None),
+            timeout=30, message="the triggered run to succeed",
+        )
+        assert run.output.strip() == "triggered"
+        assert _stop(serve, log) == 0, log.read_text()[-4000:]

@@ -1,0 +1,40 @@
+"""The access log: one line per request on the ``quartzlite.api.access`` logger (INFO),
+with the method, path, status, duration, client address and the token's name. Secrets
+never appear: the Authorization header and request bodies are not logged."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from flask import Flask, Response, g, request
+
+from .auth import current_token
+
+log = logging.getLogger("quartzlite.api.access")
+
+
+def _start() -> None:
+    g.access_started = time.monotonic()
+
+
+def _log(response: Response) -> Response:
+    started: float | None = g.get("access_started")
+    elapsed_ms = None if started is None else (time.monotonic() - started) * 1000
+    token = current_token()
+    who = token.name if token is not None else "-"
+    log.info(
+        '%s "%s %s" %d %s ms token=%s', request.remote_addr or "-", request.method,
+        request.full_path.rstrip("?"), response.status_code,
+        "-" if elapsed_ms is None else f"{elapsed_ms:.1f}", who,
+        extra={"action": "http_request", "method": request.method, "path": request.path,
+               "status": response.status_code, "token": who,
+               "duration_ms": None if elapsed_ms is None else round(elapsed_ms, 1)},
+    )
+    return response
+
+
+def register(app: Flask) -> None:
+    """Register first, so that the clock starts before authentication runs."""
+    app.before_request(_start)
+    app.after_request(_log)
