@@ -112,18 +112,23 @@ def _http(url: str) -> tuple[int, dict[str, Any]]:
         return 0, {}
 
 
+def _listening(proc: subprocess.Popen[bytes], log: Path) -> str:
+    """The base URL once the process logged where its API listens."""
+    found = wait_until(
+        lambda: re.search(r"API listening on 127\.0\.0\.1:(\d+)", log.read_text())
+        or proc.poll() is not None,
+        timeout=60, message="the API to listen",
+    )
+    assert proc.poll() is None, log.read_text()
+    assert isinstance(found, re.Match)
+    return f"http://127.0.0.1:{found.group(1)}"
+
+
 @pytest.mark.timeout(240)
 def test_serve_runs_a_node_and_the_api_and_stops_on_sigterm(db_url: str) -> None:
     args = ["--database-url", db_url, "serve", *NODE_FLAGS, "--api-port", "0"]
     with process(args, "serve") as (serve, log):
-        listening = wait_until(
-            lambda: re.search(r"API listening on 127\.0\.0\.1:(\d+)", log.read_text())
-            or serve.poll() is not None,
-            timeout=60, message="the API to listen",
-        )
-        assert serve.poll() is None, log.read_text()
-        assert isinstance(listening, re.Match)
-        base = f"http://127.0.0.1:{listening.group(1)}"
+        base = _listening(serve, log)
 
         assert _http(f"{base}/healthz") == (200, {"status": "ok"})
         ready = wait_until(lambda: (r := _http(f"{base}/readyz"))[0] == 200 and r, timeout=60,
@@ -143,14 +148,7 @@ def test_serve_runs_a_node_and_the_api_and_stops_on_sigterm(db_url: str) -> None
 @pytest.mark.timeout(120)
 def test_api_alone_serves_and_stops_on_sigterm(db_url: str) -> None:
     with process(["--database-url", db_url, "api", "--port", "0"], "api") as (api, log):
-        listening = wait_until(
-            lambda: re.search(r"API listening on 127\.0\.0\.1:(\d+)", log.read_text())
-            or api.poll() is not None,
-            timeout=60, message="the API to listen",
-        )
-        assert api.poll() is None, log.read_text()
-        assert isinstance(listening, re.Match)
-        base = f"http://127.0.0.1:{listening.group(1)}"
+        base = _listening(api, log)
 
         assert _http(f"{base}/readyz") == (
             200, {"status": "ready", "checks": {"database": "ok", "schema": "ok"}},
@@ -171,14 +169,7 @@ def test_serve_starts_a_job_triggered_through_its_api_without_waiting_for_a_poll
              "--session-timeout-s", "300", "--poll-interval-s", "150"]
     args = ["--database-url", db_url, "serve", *flags, "--api-port", "0"]
     with process(args, "serve") as (serve, log):
-        listening = wait_until(
-            lambda: re.search(r"API listening on 127\.0\.0\.1:(\d+)", log.read_text())
-            or serve.poll() is not None,
-            timeout=60, message="the API to listen",
-        )
-        assert serve.poll() is None, log.read_text()
-        assert isinstance(listening, re.Match)
-        base = f"http://127.0.0.1:{listening.group(1)}"
+        base = _listening(serve, log)
         wait_until(lambda: _http(f"{base}/readyz")[0] == 200, timeout=60, message="ready")
 
         def post(path: str, body: dict[str, Any] | None = None) -> int:
