@@ -429,6 +429,31 @@ def schedule_preview(
             click.echo(t.isoformat())
 
 
+# -- history -------------------------------------------------------------------------
+
+
+@main.group()
+def history() -> None:
+    """Run history kept in the database."""
+
+
+@history.command("prune")
+@click.option("--older-than", required=True, metavar="DURATION",
+              help="delete finished runs planned longer ago than this (e.g. 30d, 12h)")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def history_prune(ctx: click.Context, /, older_than: str, as_json: bool) -> None:
+    """Delete finished runs older than --older-than, and deleted jobs with no runs left.
+    Running runs and live jobs are never touched (nodes also prune by themselves:
+    see history_retention_s)."""
+    pruned = _client(ctx).prune_history(older_than)
+    if as_json:
+        _echo_json({"runs": pruned.runs, "jobs": pruned.jobs, "before": pruned.before.isoformat()})
+    else:
+        click.echo(f"pruned {pruned.runs} run(s) and {pruned.jobs} deleted job(s) "
+                   f"from before {pruned.before.isoformat()}")
+
+
 # -- cluster -------------------------------------------------------------------------
 
 

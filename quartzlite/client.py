@@ -18,7 +18,7 @@ from quartzlite import auth
 from quartzlite import schedule as schedules
 from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, Role, RunStatus
 from quartzlite.errors import AuthError, ValidationError
-from quartzlite.models import AuditEntry, Job, JobSpec, Page, Run, Session, Token
+from quartzlite.models import AuditEntry, Job, JobSpec, Page, Pruned, Run, Session, Token
 from quartzlite.storage import migrate
 from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.engine import Database
@@ -416,6 +416,24 @@ class SchedulerClient:
 
     def cluster(self) -> list[Session]:
         return self.store.sessions()
+
+    def prune_history(self, older_than: float | str) -> Pruned:
+        """Delete finished runs planned longer ago than ``older_than`` (seconds, or a
+        duration such as ``"30d"``), and deleted jobs with no runs left. Running runs
+        and live jobs are never touched. Nodes do this themselves every hour when
+        ``history_retention_s`` is set."""
+        if isinstance(older_than, str):
+            try:
+                seconds = schedules.parse_duration(older_than).total_seconds()
+            except ValueError as error:
+                raise ValidationError("older_than", str(error)) from None
+        elif isinstance(older_than, bool) or not isinstance(older_than, int | float):
+            raise ValidationError("older_than", "must be a number of seconds or a duration")
+        else:
+            seconds = float(older_than)
+        if not math.isfinite(seconds) or seconds < 60:
+            raise ValidationError("older_than", "must be at least 60 seconds (1m)")
+        return self.store.prune_history(seconds)
 
     def now(self) -> datetime:
         """The database's clock."""

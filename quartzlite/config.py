@@ -67,6 +67,11 @@ class NodeConfig:
     result_batch: int = 200
     #: Most bytes of output kept per run (the tail). Default 65536.
     output_limit_bytes: int = 65536
+    #: Seconds of run history kept: a minute after start and then every hour the node
+    #: deletes finished runs planned longer ago than this, and deleted jobs with no runs
+    #: left (``quartzlite history prune`` does the same on demand). 0 keeps everything.
+    #: Default 2592000 (30 days).
+    history_retention_s: float = 30 * 86400.0
     #: When fenced, wait for the database and join again under a new session
     #: instead of exiting non-zero. Default False.
     rejoin: bool = False
@@ -89,6 +94,8 @@ class NodeConfig:
                 raise ValidationError(name, "must be greater than 0")
         if self.look_ahead_s < 0:
             raise ValidationError("look_ahead_s", "must not be negative")
+        if self.history_retention_s != 0 and not 60 <= self.history_retention_s < float("inf"):
+            raise ValidationError("history_retention_s", "must be 0 (keep all) or at least 60")
         if not 0 <= self.fire_ahead_s <= 60:
             raise ValidationError("fire_ahead_s", "must be between 0 and 60")
         if self.shutdown_grace_s < 0:

@@ -188,3 +188,12 @@ class Finished:
     #: When the node released the run to its worker (database clock); None if it
     #: never started (killed, paused or deleted while it waited for its instant).
     started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pruned:
+    """What one pass of pruning history deleted, and its cut-off (database clock)."""
+
+    runs: int
+    jobs: int
+    before: datetime

@@ -18,6 +18,7 @@ results         executing -> idle in batches; retried until the outcome is    cr
                 known
 compensator     adopt/recover what the DB says we own but memory does not     critical
 expirer         expire peers silent for ``session_timeout_s``                 critical
+janitor         prune run history past ``history_retention_s``, hourly
 ==============  ==========================================================  =========
 
 An idle node sends one statement per heartbeat and one per poll (1.5 statements per
@@ -72,6 +73,7 @@ from quartzlite.node.planning import SchedulePlanner
 from quartzlite.node.service import Service
 from quartzlite.storage import migrate
 from quartzlite.storage.engine import Database
+from quartzlite.storage.jobs import JobStore
 from quartzlite.storage.node import NodeStore
 
 log = logging.getLogger("quartzlite.node")
@@ -310,9 +312,10 @@ class Node:
         self.results_service = _Results(self)
         self.compensator = _Compensator(self)
         self.expirer = _Expirer(self)
+        self.janitor = _Janitor(self)
         self.services: list[Service] = [
             self.heartbeat, self.watchdog, self.watcher, self.killer, self.scanner, self.firer,
-            self.starter, self.results_service, self.compensator, self.expirer,
+            self.starter, self.results_service, self.compensator, self.expirer, self.janitor,
         ]
         #: The scanner stopped because the node was full: results wake it at once.
         self.scan_blocked = False
@@ -418,7 +421,7 @@ class Node:
         self.fence_reason = reason
         self.fenced.set()
         for service in (self.watcher, self.scanner, self.firer, self.starter, self.compensator,
-                        self.expirer):
+                        self.expirer, self.janitor):
             service.stop()
         executions = list(self.executing.values())
         for execution in executions:
@@ -462,7 +465,7 @@ class Node:
         self.stopping = True
         log.info("stopping: handing back prepared jobs, waiting for running ones",
                  extra={"action": "stopping"})
-        for service in (self.watcher, self.scanner, self.compensator, self.expirer):
+        for service in (self.watcher, self.scanner, self.compensator, self.expirer, self.janitor):
             service.stop()
         with self.mutex:
             self.firer.stop()
@@ -838,6 +841,9 @@ class _Starter(_NodeService):
 
     name = "starter"
 
+    #: After a failed start check, check again this soon.
+    RETRY_S = 0.25
+
     #: Why a run fired ahead did not start -> its outcome.
     STOPPED: dict[str, tuple[RunStatus, str]] = {
         "kill": (RunStatus.KILLED, "killed on request (before it started)"),
@@ -905,14 +911,15 @@ class _Starter(_NodeService):
         try:
             check = node.store.start_check(node.session_id, [e.fired.prepared for e in ahead])
         except TransientStoreError as error:
-            # Fired and ours: start them (as if the check had passed); fencing, not
-            # this, decides when being away from the database has lasted too long.
-            log.warning("start check failed (%s): starting %d run(s) unchecked",
+            # Never start unchecked: the database may be gone for good, and then a
+            # peer will run these once this node has fenced. Try again shortly; they
+            # start (late) when it answers, or never if the node fences first.
+            log.warning("start check failed (%s): %d run(s) wait for the database",
                         error.message, len(ahead), extra={"action": "start_check_failed"})
-            now = node.db_now()
-            for e in ahead:
-                e.started_at = now
-            return ahead, 0.0
+            with self._heap_lock:
+                for e in ahead:
+                    self._push(e)
+            return [], self.RETRY_S
         release: list[Execution] = []
         held = 0.0
         for e in ahead:
@@ -1051,6 +1058,38 @@ class _Compensator(_NodeService):
             (e.fired.prepared.job_id, e.fired.prepared.fire_id) for e in node.executing.values()
         )
         return known
+
+
+class _Janitor(_NodeService):
+    """Prunes run history past ``history_retention_s``: a minute after start, then hourly
+    (two cheap statements when there is nothing to delete). Not critical: a failed pass
+    is logged and tried again at the next."""
+
+    name = "janitor"
+    critical = False
+    #: The first pass, a minute after start (not in a restart's busiest moments).
+    FIRST_S = 60.0
+    EVERY_S = 3600.0
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, self.EVERY_S)
+        self._first = True
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if self._first:
+            self._first = False
+            return self.FIRST_S
+        if node.fenced.is_set() or node.stopping or not node.config.history_retention_s:
+            return None
+        pruned = JobStore(node.db).prune_history(node.config.history_retention_s)
+        if pruned.runs or pruned.jobs:
+            log.info(
+                "pruned history before %s: %d run(s), %d deleted job(s)",
+                pruned.before.isoformat(), pruned.runs, pruned.jobs,
+                extra={"action": "history_pruned"},
+            )
+        return None
 
 
 class _Expirer(_NodeService):

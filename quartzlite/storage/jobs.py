@@ -3,7 +3,9 @@
 Every write takes the job lock first (``UPDATE ql_locks ... WHERE name='job'``, which
 also bumps the lock's version so that nodes notice the change at their next
 heartbeat), so a management write never races a node's prepare, fire or result
-transaction, and is one transaction: on any error nothing is written.
+transaction, and is one transaction: on any error nothing is written. The one
+exception is pruning history (:meth:`JobStore.prune_history`): it deletes only rows that
+nothing writes any more (finished runs, deleted idle jobs), in short lock-free batches.
 """
 
 from __future__ import annotations
@@ -12,16 +14,17 @@ import base64
 import binascii
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.sql.elements import TextClause
 
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import Conflict, NotFound, SchemaError, ValidationError
-from quartzlite.models import Job, JobSpec, Page, Run, Session
+from quartzlite.models import Job, JobSpec, Page, Pruned, Run, Session
 from quartzlite.storage import rows
 from quartzlite.storage.engine import Database, Tx
 from quartzlite.storage.tables import jobs, locks, runs, sessions
@@ -76,9 +79,49 @@ class RunFilter:
     until: datetime | None = None
 
 
+#: Finished runs planned before the cut-off, oldest first (ix_ql_runs_planned).
+_PRUNE_RUNS = text(
+    "DELETE FROM ql_runs WHERE planned_at < :cutoff AND status <> 'running' "
+    "ORDER BY planned_at LIMIT :batch"
+)
+#: Deleted idle jobs, deleted before the cut-off, with no runs left.
+_PRUNE_JOBS = text(
+    "DELETE FROM ql_jobs WHERE deleted = 1 AND state = 'idle' AND updated_at < :cutoff "
+    "AND NOT EXISTS (SELECT 1 FROM ql_runs WHERE ql_runs.job_id = ql_jobs.id) LIMIT :batch"
+)
+
+
 class JobStore:
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    # -- history -----------------------------------------------------------------
+
+    #: Rows deleted per statement: each DELETE holds its row locks for milliseconds.
+    PRUNE_BATCH = 5000
+
+    def prune_history(self, older_than_s: float, *, batch: int = PRUNE_BATCH) -> Pruned:
+        """Delete finished runs planned more than ``older_than_s`` ago (database clock),
+        then deleted jobs that are idle, were deleted before the cut-off and have no runs
+        left. Autocommitted batches in ``planned_at`` order (an index range, no sort):
+        an interrupted pass leaves only whole batches deleted, and the next goes on."""
+        with self.db.connect() as conn:
+            before = db_now(conn) - timedelta(seconds=older_than_s)
+        params = {"cutoff": rows.to_db(before), "batch": batch}
+        totals = []
+        for statement in (_PRUNE_RUNS, _PRUNE_JOBS):
+
+            def one_batch(conn: Connection, sql: TextClause = statement) -> int:
+                return int(conn.execute(sql, params).rowcount)
+
+            total = 0
+            while True:
+                count = self.db.read(one_batch, name="prune_history")
+                total += count
+                if count < batch:
+                    break
+            totals.append(total)
+        return Pruned(runs=totals[0], jobs=totals[1], before=before)
 
     # -- reads -------------------------------------------------------------------
 

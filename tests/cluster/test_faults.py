@@ -47,8 +47,10 @@ def recorders(client: SchedulerClient, log: Path, count: int, prefix: str = "j",
 
 
 def all_ran_after(db: Db, names: list[str], after: datetime) -> bool:
+    """Every job ran a slot at or after ``after``: its earlier slots are all run or
+    recorded (a rerun of an earlier slot is planned later, but does not count)."""
     return db.scalar(
-        "SELECT COUNT(DISTINCT job_name) FROM ql_runs WHERE status='succeeded' AND planned_at >= :t",
+        "SELECT COUNT(DISTINCT job_name) FROM ql_runs WHERE status='succeeded' AND slot_at >= :t",
         t=after.replace(tzinfo=None),
     ) == len(names)
 

@@ -1,0 +1,131 @@
+"""Pruning run history against the real database: through the client, the CLI, and a
+node's janitor. Finished runs past the cut-off go, running runs and live jobs stay,
+deleted jobs go once no run of theirs is left."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from quartzlite.client import SchedulerClient
+from quartzlite.config import NodeConfig
+from quartzlite.errors import ValidationError
+from quartzlite.node.runtime import Node
+from tests.integration.dbtools import add_run, job_rows
+from tests.integration.test_cli import cli, fails, one_error_line
+
+pytestmark = pytest.mark.db
+
+DAY = timedelta(days=1)
+
+
+def plant(client: SchedulerClient, db_url: str) -> dict[str, int]:
+    """Two jobs with runs 40 and 10 days old; a running run 40 days old; a job deleted
+    long ago with only old runs, and one deleted just now."""
+    now = client.now()
+    keep = client.add_job({"name": "keep", "schedule": "@every 1h", "command": "true"})
+    gone = client.add_job({"name": "gone", "schedule": "@every 1h", "command": "true"})
+    ids = {
+        "old": add_run(db_url, job_id=keep.id, job_name="keep", planned_at=now - 40 * DAY),
+        "old_failed": add_run(db_url, job_id=keep.id, job_name="keep",
+                              planned_at=now - 39 * DAY, status="failed"),
+        "old_missed": add_run(db_url, job_id=keep.id, job_name="keep",
+                              planned_at=now - 38 * DAY, status="missed"),
+        "old_running": add_run(db_url, job_id=keep.id, job_name="keep",
+                               planned_at=now - 37 * DAY, status="running"),
+        "recent": add_run(db_url, job_id=keep.id, job_name="keep", planned_at=now - 10 * DAY),
+        "gone_old": add_run(db_url, job_id=gone.id, job_name="gone", planned_at=now - 40 * DAY),
+    }
+    client.delete_job("gone")
+    from tests.integration.dbtools import connect  # noqa: PLC0415 - test-only back door
+
+    with connect(db_url) as conn:  # deleted 35 days ago
+        from sqlalchemy import text  # noqa: PLC0415
+
+        conn.execute(text("UPDATE ql_jobs SET updated_at = :at WHERE name = 'gone'"),
+                     {"at": (now - 35 * DAY).replace(tzinfo=None)})
+    fresh = client.add_job({"name": "fresh-delete", "schedule": "@every 1h", "command": "true"})
+    client.delete_job("fresh-delete")
+    return ids | {"keep_job": keep.id, "gone_job": gone.id, "fresh_job": fresh.id}
+
+
+def remaining_runs(client: SchedulerClient) -> set[int]:
+    return {r.id for r in client.list_runs(limit=1000).items}
+
+
+def assert_pruned(client: SchedulerClient, db_url: str, ids: dict[str, int]) -> None:
+    assert remaining_runs(client) == {ids["old_running"], ids["recent"]}
+    assert {r["id"] for r in job_rows(db_url)} == {ids["keep_job"], ids["fresh_job"]}
+
+
+def test_prune_keeps_what_is_recent_running_or_live(client: SchedulerClient, db_url: str) -> None:
+    ids = plant(client, db_url)
+    pruned = client.prune_history("30d")
+    assert (pruned.runs, pruned.jobs) == (4, 1)
+    assert abs((client.now() - pruned.before) - 30 * DAY) < timedelta(minutes=1)
+    assert_pruned(client, db_url, ids)
+    again = client.prune_history(30 * 86400)
+    assert (again.runs, again.jobs) == (0, 0)
+
+
+def test_prune_works_in_batches(client: SchedulerClient, db_url: str) -> None:
+    ids = plant(client, db_url)
+    pruned = client.store.prune_history(30 * 86400, batch=1)
+    assert (pruned.runs, pruned.jobs) == (4, 1)
+    assert_pruned(client, db_url, ids)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [("soon", "invalid duration"), ("30s", "at least 60 seconds"), (0, "at least 60 seconds"),
+     (float("nan"), "at least 60 seconds"), (True, "a number of seconds or a duration")],
+)
+def test_a_bad_cut_off_is_refused_and_deletes_nothing(
+    client: SchedulerClient, db_url: str, value: object, reason: str
+) -> None:
+    ids = plant(client, db_url)
+    with pytest.raises(ValidationError) as caught:
+        client.prune_history(value)  # type: ignore[arg-type]
+    assert caught.value.field == "older_than"
+    assert reason in caught.value.message
+    assert len(remaining_runs(client)) == 6
+    assert ids["gone_job"] in {r["id"] for r in job_rows(db_url)}
+
+
+def test_cli_prunes_history(client: SchedulerClient, db_url: str) -> None:
+    ids = plant(client, db_url)
+    assert "older_than" in fails(db_url, "history", "prune", "--older-than", "soon", code=2)
+    result = cli(db_url, "history", "prune", "--older-than", "30d", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert {k: v for k, v in json.loads(result.stdout).items() if k != "before"} == {
+        "runs": 4, "jobs": 1}
+    assert_pruned(client, db_url, ids)
+    again = cli(db_url, "history", "prune", "--older-than", "30d")
+    assert again.exit_code == 0, one_error_line(again.stderr)
+    assert again.stdout.startswith("pruned 0 run(s) and 0 deleted job(s) from before ")
+
+
+def test_a_nodes_janitor_prunes_past_its_retention(client: SchedulerClient, db_url: str) -> None:
+    ids = plant(client, db_url)
+    node = Node(NodeConfig(database_url=db_url, history_retention_s=30 * 86400))
+    try:
+        assert node.janitor.run_once() == node.janitor.FIRST_S  # not at start
+        assert len(remaining_runs(client)) == 6
+        assert node.janitor.run_once() is None  # then at its interval
+        assert_pruned(client, db_url, ids)
+    finally:
+        node.db.dispose()
+        node.hb_db.dispose()
+
+    keep_all = Node(NodeConfig(database_url=db_url, history_retention_s=0))
+    try:
+        add_run(db_url, job_id=ids["keep_job"], job_name="keep",
+                planned_at=client.now() - 400 * DAY)
+        keep_all.janitor.run_once()
+        keep_all.janitor.run_once()
+        assert len(remaining_runs(client)) == 3
+    finally:
+        keep_all.db.dispose()
+        keep_all.hb_db.dispose()
