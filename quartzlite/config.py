@@ -44,11 +44,11 @@ class NodeConfig:
     #: just long enough that a job is prepared before it is due. Default 2.0.
     look_ahead_s: float = 2.0
     #: How far ahead of its instant (seconds) a prepared job is fired: its run row is
-    #: committed and handed to a worker thread, which waits for the instant (by the
-    #: database clock) and starts the run then. The fire transaction, and any wait for
-    #: the job lock behind peers, is thus off the run's start. A pause or delete that
-    #: commits inside this window no longer stops that one run (a kill does). Capped
-    #: at ``look_ahead_s``; 0 fires at the instant. Default 0.5.
+    #: committed early, so the fire transaction (and any wait for the job lock behind
+    #: peers) is off the run's start. At the instant one lock-free start check confirms
+    #: the database clock has reached it and the job was not paused, deleted or killed
+    #: meanwhile (such runs never start), and the run is handed to a worker thread.
+    #: Capped at ``look_ahead_s``; 0 fires at the instant. Default 0.5.
     fire_ahead_s: float = 0.5
     #: Seconds between compensation passes when the watch sees nothing amiss (jobs the
     #: DB says we own but memory does not know). Default 30.0.

@@ -382,8 +382,8 @@ class NodeStore:
         ``ahead_s`` of now, in one transaction. Re-checks owner, fire id, paused and
         deleted under the job lock. Returns the fired runs and the ids of the jobs this
         node no longer owns; an item not yet that close by the database clock is neither
-        (it stays prepared), whatever our clock estimate says. A run's ``started_at`` is
-        its planned instant until its result records when it really started."""
+        (it stays prepared), whatever our clock estimate says. A run fired ahead has its
+        planned instant as ``started_at`` until its result records its start check's."""
 
         def tx(t: Tx) -> tuple[list[Fired], list[int]]:
             self.lock(t.conn, "job")

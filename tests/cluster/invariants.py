@@ -71,12 +71,15 @@ def check(
     ran = executions(log)
     report.duplicates = sum(count - 1 for count in ran.values() if count > 1)
     rows = db.rows(
-        "SELECT job_name, slot_at, status, error FROM ql_runs WHERE slot_at >= :a AND slot_at < :b",
+        "SELECT job_name, slot_at, status, started_at, error FROM ql_runs "
+        "WHERE slot_at >= :a AND slot_at < :b",
         a=start.replace(tzinfo=None), b=end.replace(tzinfo=None),
     )
     recorded: dict[tuple[str, datetime], set[str]] = {}
     for r in rows:
-        recorded.setdefault((r.job_name, r.slot_at.replace(tzinfo=UTC)), set()).add(r.status)
+        # Killed before its instant (fired ahead, never started): recorded, not run.
+        status = "killed_unstarted" if r.status == "killed" and r.started_at is None else r.status
+        recorded.setdefault((r.job_name, r.slot_at.replace(tzinfo=UTC)), set()).add(status)
     if every_second:
         expected = [(j, s) for j in jobs for s in whole_seconds(start, end)]
         report.slots_expected = len(expected)
