@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from quartzlite import auth
 from quartzlite import schedule as schedules
+from quartzlite.config import MAX_RETENTION_S
 from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, Role, RunStatus
 from quartzlite.errors import AuthError, ValidationError
 from quartzlite.models import AuditEntry, Job, JobSpec, Page, Pruned, Run, Session, Token
@@ -433,6 +434,8 @@ class SchedulerClient:
             seconds = float(older_than)
         if not math.isfinite(seconds) or seconds < 60:
             raise ValidationError("older_than", "must be at least 60 seconds (1m)")
+        if seconds > MAX_RETENTION_S:
+            raise ValidationError("older_than", "must be at most 100 years (36500d)")
         return self.store.prune_history(seconds)
 
     def now(self) -> datetime:

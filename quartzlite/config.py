@@ -14,6 +14,8 @@ from typing import Any
 from quartzlite.errors import ValidationError
 
 DEFAULT_DATABASE_URL = "mysql+pymysql://root@127.0.0.1:3306/quartzlite"
+#: Longest run history a retention or a prune may ask for (100 years).
+MAX_RETENTION_S = 36500 * 86400.0
 
 
 def database_url_from_env() -> str:
@@ -94,8 +96,10 @@ class NodeConfig:
                 raise ValidationError(name, "must be greater than 0")
         if self.look_ahead_s < 0:
             raise ValidationError("look_ahead_s", "must not be negative")
-        if self.history_retention_s != 0 and not 60 <= self.history_retention_s < float("inf"):
-            raise ValidationError("history_retention_s", "must be 0 (keep all) or at least 60")
+        if self.history_retention_s != 0 and not 60 <= self.history_retention_s <= MAX_RETENTION_S:
+            raise ValidationError(
+                "history_retention_s", "must be 0 (keep all) or between 60 and 3153600000 (100 years)"
+            )
         if not 0 <= self.fire_ahead_s <= 60:
             raise ValidationError("fire_ahead_s", "must be between 0 and 60")
         if self.shutdown_grace_s < 0:

@@ -236,6 +236,22 @@ SCHEMAS: dict[str, Schema] = {
         "from": INSTANT,
         "times": {"type": "array", "items": INSTANT},
     }),
+    "PruneInput": {
+        "type": "object",
+        "required": ["older_than"],
+        "additionalProperties": False,
+        "properties": {"older_than": {
+            "oneOf": [{"type": "string", "examples": ["90d", "12h"]},
+                      {"type": "number", "minimum": 60, "maximum": 3153600000}],
+            "description": "finished runs planned longer ago than this go (seconds, or a "
+                           "duration; 60 s to 100 years)",
+        }},
+    },
+    "Pruned": _object({
+        "runs": {"type": "integer", "minimum": 0},
+        "jobs": {"type": "integer", "minimum": 0, "description": "deleted jobs removed"},
+        "before": INSTANT,
+    }),
     "Health": _object({"status": {"type": "string", "enum": ["ok"]}}),
     "Ready": _object({
         "status": {"type": "string", "enum": ["ready"]},
@@ -382,6 +398,13 @@ PATHS: dict[str, Schema] = {
             _param("node", "query", {"type": "string"}, "node (host:pid) or session id"),
             *RUN_FILTERS,
         ]),
+    },
+    "/api/v1/runs/prune": {
+        "post": _op("pruneRuns", "Delete old run history (finished runs; deleted jobs with "
+                    "no runs left). Nodes also do it hourly past history_retention_s", {
+            "200": _json(ref("Pruned"), "What was deleted"),
+            **_errors(400, 401, 403, 413, 503),
+        }, tag="runs", body=ref("PruneInput")),
     },
     "/api/v1/runs/{id}": {
         "parameters": [_param("id", "path", {"type": "integer", "minimum": 1}, "run id")],

@@ -11,7 +11,7 @@ from quartzlite.models import Run
 
 from . import serialize
 from .context import get_client
-from .parse import Query
+from .parse import Query, json_object
 
 bp = Blueprint("runs", __name__)
 
@@ -59,3 +59,18 @@ def show(run_id: str) -> Response:
     if not run_id.isascii() or not run_id.isdigit() or len(run_id) > 18:
         raise ValidationError("id", f"must be a positive integer, got {run_id[:40]!r}")
     return jsonify(codec.run_to_dict(get_client().get_run(int(run_id))))
+
+
+@bp.post("/runs/prune")
+def prune() -> Response:
+    """Delete finished runs planned longer ago than ``older_than`` (seconds or a
+    duration such as "90d"), and deleted jobs with no runs left (admins)."""
+    Query(())
+    body = json_object()
+    unknown = sorted(set(body) - {"older_than"})
+    if unknown:
+        raise ValidationError(unknown[0], "unknown field (allowed: older_than)")
+    if "older_than" not in body:
+        raise ValidationError("older_than", "is required, e.g. \"90d\"")
+    pruned = get_client().prune_history(body["older_than"])
+    return jsonify({"runs": pruned.runs, "jobs": pruned.jobs, "before": codec.iso(pruned.before)})

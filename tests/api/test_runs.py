@@ -100,3 +100,38 @@ def test_one_run_has_its_output_tail(api: Api, history: dict[str, list[int]]) ->
     assert run["exit_code"] == 1
     assert run["node"] == "n1:1"
     assert_error(api.get("/api/v1/runs/999999"), 404, "not_found")
+
+
+def test_prune_deletes_old_finished_runs_only(
+    api: Api, viewer: Api, rows: Rows, history: dict[str, list[int]]
+) -> None:
+    running = rows.add_run("a", rows.job_id("a"), BASE - timedelta(days=1), status="running",
+                           node="n1:1", session_id="s1")
+    assert_error(viewer.post("/api/v1/runs/prune", json={"older_than": "90d"}), 403, "forbidden")
+
+    kept = api.post("/api/v1/runs/prune", json={"older_than": "400d"})
+    assert kept.status_code == 200, kept.get_json()
+    assert {k: v for k, v in kept.get_json().items() if k != "before"} == {"runs": 0, "jobs": 0}
+
+    pruned = api.post("/api/v1/runs/prune", json={"older_than": 90 * 86400})
+    assert pruned.status_code == 200, pruned.get_json()
+    body = pruned.get_json()
+    assert (body["runs"], body["jobs"]) == (8, 0)
+    assert body["before"].endswith("Z") or "+00:00" in body["before"]
+    left = api.get("/api/v1/runs").get_json()["items"]
+    assert [r["id"] for r in left] == [running]
+    entries = api.get("/api/v1/audit").get_json()["items"]
+    assert entries[0]["action"] == "runs.prune"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [({}, "older_than"), ({"older_than": "soon"}, "older_than"), ({"older_than": 5}, "older_than"),
+     ({"older_than": "90d", "dry_run": True}, "dry_run"), ({"older_than": None}, "older_than")],
+)
+def test_prune_refuses_bad_input_and_deletes_nothing(
+    api: Api, history: dict[str, list[int]], body: dict[str, object], field: str
+) -> None:
+    error = assert_error(api.post("/api/v1/runs/prune", json=body), 400, "validation_error")
+    assert error["details"]["field"] == field
+    assert len(api.get("/api/v1/runs").get_json()["items"]) == 8

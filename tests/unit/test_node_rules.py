@@ -51,6 +51,8 @@ def test_defaults_are_valid_and_fence_before_expiry() -> None:
         ({"look_ahead_s": -1}, "look_ahead_s"),
         ({"fire_ahead_s": -0.1}, "fire_ahead_s"),
         ({"fire_ahead_s": 61}, "fire_ahead_s"),
+        ({"history_retention_s": 30}, "history_retention_s"),
+        ({"history_retention_s": 1e20}, "history_retention_s"),
     ],
 )
 def test_settings_that_break_the_rules_are_refused(changes: dict[str, object], field: str) -> None:
