@@ -8,12 +8,13 @@ import json
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import text
 
 from quartzlite.client import SchedulerClient
 from quartzlite.config import NodeConfig
 from quartzlite.errors import ValidationError
 from quartzlite.node.runtime import Node
-from tests.integration.dbtools import add_run, job_rows
+from tests.integration.dbtools import add_run, connect, job_rows, naive
 from tests.integration.test_cli import cli, fails, one_error_line
 
 pytestmark = pytest.mark.db
@@ -39,13 +40,9 @@ def plant(client: SchedulerClient, db_url: str) -> dict[str, int]:
         "gone_old": add_run(db_url, job_id=gone.id, job_name="gone", planned_at=now - 40 * DAY),
     }
     client.delete_job("gone")
-    from tests.integration.dbtools import connect  # noqa: PLC0415 - test-only back door
-
-    with connect(db_url) as conn:  # deleted 35 days ago
-        from sqlalchemy import text  # noqa: PLC0415
-
+    with connect(db_url) as conn:  # as if deleted 35 days ago
         conn.execute(text("UPDATE ql_jobs SET updated_at = :at WHERE name = 'gone'"),
-                     {"at": (now - 35 * DAY).replace(tzinfo=None)})
+                     {"at": naive(now - 35 * DAY)})
     fresh = client.add_job({"name": "fresh-delete", "schedule": "@every 1h", "command": "true"})
     client.delete_job("fresh-delete")
     return ids | {"keep_job": keep.id, "gone_job": gone.id, "fresh_job": fresh.id}
