@@ -127,14 +127,9 @@ def burst(server: Server, jobs: int) -> dict[str, Any]:
         "t0": t0,
         "create_s": round(create_s, 3),
         **util.burst_stats(records, jobs, t0),
-        "statements": counters,
+        **window.summary(),
         "statements_per_fire": round(counters["Questions"] / len(records), 2) if records else None,
-        "window_s": round(window.seconds, 2),
         "cpu_s": {str(runner.pid): window.cpu()[runner.pid]},
-        "clean": window.clean(),
-        "foreign_connections": window.foreign_connections(),
-        "host_cpu": window.host(),
-        "foreign_clients": window.foreign,
         "runner": done,
         "settings": SETTINGS,
     }
@@ -169,17 +164,13 @@ def steady(server: Server, name: str, jobs: int, duration: int, warmup: float = 
         **report,
         "fires_per_s": round(report["fires"] / duration, 1),
         "duplicates_all": util.duplicates(records),
-        "statements": counters,
+        **window.summary(),
         "statements_per_s": round(counters["Questions"] / window.seconds, 1),
         "statements_per_fire": round(counters["Questions"] / report["fires"], 2) if report["fires"] else None,
         "cpu_s": {str(k): v for k, v in cpu.items()},
         "cpu_ms_per_fire": round(1000 * sum(cpu.values()) / report["fires"], 3) if report["fires"] else None,
         "cpu_utilisation": round(sum(cpu.values()) / window.seconds, 3),
         "threads": {name: threads},
-        "clean": window.clean(),
-        "foreign_connections": window.foreign_connections(),
-        "host_cpu": window.host(),
-        "foreign_clients": window.foreign,
         "runner": done,
         "settings": SETTINGS,
     }
@@ -202,29 +193,17 @@ def idle(server: Server, jobs: int, seconds: float, settle: float = 5.0) -> dict
             runner.stop()
     finally:
         proxy.close()
-    counters = window.counters()
     cpu = window.cpu()[runner.pid]
-    clean = bool(window.agreed)
     return {
         "system": "apscheduler",
         "jobs": jobs,
         "creation": {"path": "BackgroundScheduler.add_job in a loop (paused; one INSERT each)",
                      "jobs": jobs, "seconds": round(create_s, 2),
                      "jobs_per_s": round(jobs / create_s) if create_s else None},
-        "window_s": round(window.seconds, 2),
-        "statements": counters,
-        "statements_per_s_server": round(counters["Questions"] / window.seconds, 3),
-        "statements_per_s_wire": wire["statements_per_s"],
-        "statements_per_s": round(counters["Questions"] / window.seconds, 3) if clean
-        else wire["statements_per_s"],
-        "server_minus_wire": window.wire_gap,
-        "wire": wire,
+        **window.idle_summary(wire),
         "cpu_s_node": cpu,
         "cpu_pct_node": round(100 * cpu / window.seconds, 2),
         "threads": threads,
-        "clean": clean,
-        "host_cpu": window.host(),
-        "foreign_clients": window.foreign,
         "attempts": attempts,
         "settings": SETTINGS,
     }

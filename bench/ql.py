@@ -231,14 +231,9 @@ def burst_report(records: list[util.Record], jobs: int, t0: float, window: Windo
         "create_s": round(create_s, 3),
         **util.burst_stats(records, jobs, t0),
         "fires_by_pid": util.per_pid(records),
-        "statements": counters,
+        **window.summary(),
         "statements_per_fire": round(counters["Questions"] / fires, 2) if fires else None,
-        "window_s": round(window.seconds, 2),
         "cpu_s": {str(k): v for k, v in window.cpu().items()},
-        "clean": window.clean(),
-        "foreign_connections": window.foreign_connections(),
-        "host_cpu": window.host(),
-        "foreign_clients": window.foreign,
         "settings": effective(options),
     }
 
@@ -282,17 +277,13 @@ def steady(server: Server, name: str, nodes: int, jobs: int, duration: int, capa
         "fires_per_s": round(report["fires"] / duration, 1),
         "duplicates_all": util.duplicates(records),
         "fires_by_pid": util.per_pid(r for r in records if ws <= r.actual < we),
-        "statements": counters,
+        **window.summary(),
         "statements_per_s": round(counters["Questions"] / window.seconds, 1),
         "statements_per_fire": round(counters["Questions"] / report["fires"], 2) if report["fires"] else None,
         "cpu_s": {str(k): v for k, v in cpu.items()},
         "cpu_ms_per_fire": round(1000 * sum(cpu.values()) / report["fires"], 3) if report["fires"] else None,
         "cpu_utilisation": round(sum(cpu.values()) / window.seconds, 3),
         "threads": threads,
-        "clean": window.clean(),
-        "foreign_connections": window.foreign_connections(),
-        "host_cpu": window.host(),
-        "foreign_clients": window.foreign,
         "run_statuses": statuses,
         "exit_codes": codes,
         "settings": effective(options),
@@ -455,28 +446,15 @@ def idle(server: Server, cluster: Cluster, seconds: float, settle: float = 8.0,
     finally:
         codes = cluster.stop()
         proxy.close()
-    counters = window.counters()
     cpu = window.cpu()
-    clean = bool(window.agreed)
     return {
         "system": "quartzlite",
         "jobs": jobs,
-        "window_s": round(window.seconds, 2),
-        "statements": counters,
-        "statements_per_s_server": round(counters["Questions"] / window.seconds, 3),
-        "statements_per_s_wire": wire["statements_per_s"],
-        # The server's count when nobody else was active, else the node's own (wire) count.
-        "statements_per_s": round(counters["Questions"] / window.seconds, 3) if clean
-        else wire["statements_per_s"],
-        "server_minus_wire": window.wire_gap,
-        "wire": wire,
+        **window.idle_summary(wire),
         "cpu_s_node": cpu.get(node.pid),
         "cpu_s_guard": cpu.get(node.guard) if node.guard else None,
         "cpu_pct_node": round(100 * cpu.get(node.pid, 0.0) / window.seconds, 2),
         "threads": threads,
-        "clean": clean,
-        "host_cpu": window.host(),
-        "foreign_clients": window.foreign,
         "attempts": attempts,
         "exit_codes": codes,
         "settings": effective(options),

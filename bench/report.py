@@ -125,6 +125,30 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 Row = list[str]
 
 
+def _is_error(part: Any) -> bool:
+    return isinstance(part, dict) and "error" in part
+
+
+def _compared_rows(name: str, q1: dict[str, Any], q2: dict[str, Any], a: dict[str, Any],
+                   metrics: Sequence[tuple[str, str, int, str]]) -> list[Row]:
+    """One row per (metric, key, digits, target) for the three systems side by side,
+    then the CPU other processes used in their windows."""
+    rows = [_row(name, metric, q1.get(key), q2.get(key), a.get(key), target, digits)
+            for metric, key, digits, target in metrics]
+    rows.append(_row(name, "other processes' CPU s in the window",
+                     _get(q1, "host_cpu", "other_processes_s"),
+                     _get(q2, "host_cpu", "other_processes_s"),
+                     _get(a, "host_cpu", "other_processes_s"), "", 2, compare=False))
+    return rows
+
+
+def _error_rows(name: str, q1: dict[str, Any], q2: dict[str, Any],
+                a: dict[str, Any]) -> list[Row]:
+    return [[name, f"ERROR ({label})", part["error"][:60], "", "", "", ""]
+            for part, label in ((q1, "ql 1 node"), (q2, "ql 2 nodes"), (a, "APScheduler"))
+            if _is_error(part)]
+
+
 def _row(workload: str, metric: str, q1: Any, q2: Any, aps: Any, target: str = "",
          digits: int = 1, compare: bool = True) -> Row:
     return [workload, metric, fmt(q1, digits), fmt(q2, digits), fmt(aps, digits),
@@ -134,16 +158,12 @@ def _row(workload: str, metric: str, q1: Any, q2: Any, aps: Any, target: str = "
 def table_rows(results: dict[str, Any]) -> list[Row]:
     w = results.get("workloads", {})
     rows: list[Row] = []
-
-    def err(part: Any) -> bool:
-        return isinstance(part, dict) and "error" in part
-
     burst = w.get("burst", {})
     if burst:
         q1, q2, a = (burst.get(k) or {} for k in ("quartzlite_1", "quartzlite_2", "apscheduler"))
         n = (q1.get("jobs") or q2.get("jobs") or a.get("jobs") or 0)
         name = f"burst ({n:,} @at T0)"
-        for metric, key, digits, target in (
+        rows += _compared_rows(name, q1, q2, a, (
             ("makespan: last start - T0 (s)", "makespan_s", 3, "<= 0.5 s (2 nodes)"),
             ("first start - T0 (s)", "first_start_s", 3, ""),
             ("fires per second", "fires_per_s", 0, ""),
@@ -153,18 +173,12 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
             ("duplicates", "duplicates", 0, "0"),
             ("missing", "missing", 0, "0"),
             ("statements per fire", "statements_per_fire", 2, ""),
-        ):
-            rows.append(_row(name, metric, q1.get(key), q2.get(key), a.get(key), target, digits))
-        rows.append(_row(name, "other processes' CPU s in the window", _get(q1, "host_cpu", "other_processes_s"),
-                         _get(q2, "host_cpu", "other_processes_s"), _get(a, "host_cpu", "other_processes_s"),
-                         "", 2, compare=False))
+        ))
         split = q2.get("fires_by_pid")
         if split:
             rows.append(_row(name, "fires per node (2 nodes)", None,
                              " / ".join(str(v) for v in split.values()), None, compare=False))
-        for part, label in ((q1, "ql 1 node"), (q2, "ql 2 nodes"), (a, "APScheduler")):
-            if err(part):
-                rows.append([name, f"ERROR ({label})", part["error"][:60], "", "", "", ""])
+        rows += _error_rows(name, q1, q2, a)
 
     steady = w.get("steady", {})
     if steady:
@@ -172,7 +186,7 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         n = q1.get("jobs") or a.get("jobs") or 0
         d = q1.get("duration_s") or a.get("duration_s") or 0
         name = f"steady ({n} x every 1 s, {d} s)"
-        for metric, key, digits, target in (
+        rows += _compared_rows(name, q1, q2, a, (
             ("lateness p50 (ms)", "lateness_p50_ms", 1, ""),
             ("lateness p99 (ms)", "lateness_p99_ms", 1, "< 50 ms"),
             ("lateness max (ms)", "lateness_max_ms", 1, ""),
@@ -181,14 +195,8 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
             ("statements per second", "statements_per_s", 1, ""),
             ("statements per fire", "statements_per_fire", 2, ""),
             ("CPU ms per fire (scheduler processes)", "cpu_ms_per_fire", 2, ""),
-        ):
-            rows.append(_row(name, metric, q1.get(key), q2.get(key), a.get(key), target, digits))
-        rows.append(_row(name, "other processes' CPU s in the window", _get(q1, "host_cpu", "other_processes_s"),
-                         _get(q2, "host_cpu", "other_processes_s"), _get(a, "host_cpu", "other_processes_s"),
-                         "", 2, compare=False))
-        for part, label in ((q1, "ql 1 node"), (q2, "ql 2 nodes"), (a, "APScheduler")):
-            if err(part):
-                rows.append([name, f"ERROR ({label})", part["error"][:60], "", "", "", ""])
+        ))
+        rows += _error_rows(name, q1, q2, a)
 
     failover = w.get("failover", {})
     for mode, limit in (("default", "< 10 s"), ("fast", "< 4 s")):
@@ -196,7 +204,7 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         if not f:
             continue
         name = f"failover, {mode} settings (2 nodes, {f.get('jobs', '?')} x 1 s, kill at {f.get('kill_at_s', '?')} s)"
-        if err(f):
+        if _is_error(f):
             rows.append([name, "ERROR", f["error"][:60], "", "", "", ""])
             continue
         for metric, key, digits, target in (
@@ -230,7 +238,7 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
             a = aps_small if size == "small" else aps_large
             jobs = q.get("jobs") or a.get("jobs") or 0
             name = f"idle, {jobs:,} jobs not due ({fmt(q.get('window_s') or a.get('window_s'), 0)} s)"
-            if err(q):
+            if _is_error(q):
                 rows.append([name, "ERROR", q["error"][:60], "", "", "", ""])
                 continue
             rows.append(_row(name, "statements per second", q.get("statements_per_s"), None,
@@ -261,7 +269,7 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
             q = ql_curve.get(str(n)) or {}
             a = aps_curve.get(str(n)) or {}
             name = f"cost: {n:,} jobs x every 1 s ({q.get('duration_s') or a.get('duration_s')} s)"
-            if err(q) or err(a):
+            if _is_error(q) or _is_error(a):
                 rows.append([name, "ERROR", (q.get("error") or "")[:40], "",
                              (a.get("error") or "")[:40], "", ""])
             rows.append(_row(name, "fires per second achieved", q.get("fires_per_s"), None,

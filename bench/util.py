@@ -237,6 +237,36 @@ class Window:
         """No other client was seen active, and nobody else connected."""
         return not self.foreign and self.foreign_connections() == 0
 
+    def summary(self) -> dict[str, Any]:
+        """What every busy workload's report says of its window."""
+        return {
+            "statements": self.counters(),
+            "window_s": round(self.seconds, 2),
+            "clean": self.clean(),
+            "foreign_connections": self.foreign_connections(),
+            "host_cpu": self.host(),
+            "foreign_clients": self.foreign,
+        }
+
+    def idle_summary(self, wire: dict[str, Any]) -> dict[str, Any]:
+        """What an idle report says of a window measured by :func:`idle_window`: the
+        server's statement count when nobody else was active, else the process's own
+        (wire) count."""
+        counters = self.counters()
+        per_s = round(counters["Questions"] / self.seconds, 3)
+        return {
+            "window_s": round(self.seconds, 2),
+            "statements": counters,
+            "statements_per_s_server": per_s,
+            "statements_per_s_wire": wire["statements_per_s"],
+            "statements_per_s": per_s if self.agreed else wire["statements_per_s"],
+            "server_minus_wire": self.wire_gap,
+            "wire": wire,
+            "clean": bool(self.agreed),
+            "host_cpu": self.host(),
+            "foreign_clients": self.foreign,
+        }
+
 
 def idle_window(server: Server, proxy: Any, pids: Sequence[int], databases: Sequence[str],
                 seconds: float, attempts: int = 3) -> tuple[Window, dict[str, Any], int]:
