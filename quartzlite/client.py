@@ -431,8 +431,11 @@ class SchedulerClient:
         elif isinstance(older_than, bool) or not isinstance(older_than, int | float):
             raise ValidationError("older_than", "must be a number of seconds or a duration")
         else:
-            seconds = float(older_than)
-        if not math.isfinite(seconds) or seconds < 60:
+            try:
+                seconds = float(older_than)
+            except OverflowError:  # an int beyond the range of a float (as in _number)
+                seconds = math.inf
+        if math.isnan(seconds) or seconds < 60:
             raise ValidationError("older_than", "must be at least 60 seconds (1m)")
         if seconds > MAX_RETENTION_S:
             raise ValidationError("older_than", "must be at most 100 years (36500d)")

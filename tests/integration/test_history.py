@@ -78,7 +78,8 @@ def test_prune_works_in_batches(client: SchedulerClient, db_url: str) -> None:
     ("value", "reason"),
     [("soon", "invalid duration"), ("30s", "at least 60 seconds"), (0, "at least 60 seconds"),
      (float("nan"), "at least 60 seconds"), (True, "a number of seconds or a duration"),
-     (1e20, "at most 100 years"), ("36501d", "at most 100 years")],
+     (1e20, "at most 100 years"), (10**400, "at most 100 years"), (float("inf"), "at most 100 years"),
+     ("36501d", "at most 100 years")],
 )
 def test_a_bad_cut_off_is_refused_and_deletes_nothing(
     client: SchedulerClient, db_url: str, value: object, reason: str
