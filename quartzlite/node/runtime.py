@@ -940,8 +940,7 @@ class _Starter(_NodeService):
         status, reason = self.STOPPED[why]
         if why == "kill" and execution.handle.reason:
             reason = f"{execution.handle.reason} (before it started)"
-        execution.handle.kill(reason)
-        execution.done.set()
+        execution.done.set()  # never submitted: no worker will set it
         log.info("run of job %s not started: %s", execution.fired.prepared.name, reason,
                  extra={"action": "not_started", "job": execution.fired.prepared.name})
         self.node.finish(execution, Outcome(status=status, error=reason))
