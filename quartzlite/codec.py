@@ -45,6 +45,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "owner_session": job.owner_session,
         "fire_id": job.fire_id,
         "kill_requested": job.kill_requested,
+        "error": job.error,
         "prepared_at": iso(job.prepared_at),
         "started_at": iso(job.started_at),
         "last_ended_at": iso(job.last_ended_at),

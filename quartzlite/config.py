@@ -6,10 +6,13 @@ the CLI options mirror these names.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from quartzlite.errors import ValidationError
 
@@ -77,6 +80,11 @@ class NodeConfig:
     #: When fenced, wait for the database and join again under a new session
     #: instead of exiting non-zero. Default False.
     rejoin: bool = False
+    #: Directory of the node's outcome journal (outcomes the database has not recorded
+    #: yet: see :mod:`quartzlite.node.journal`). Nodes on one machine for one database
+    #: share it. Default '' = ``$XDG_STATE_HOME/quartzlite`` (else
+    #: ``~/.local/state/quartzlite``), in a subdirectory per database.
+    state_dir: str = ""
     #: Seconds added to this host's clock, for testing clock skew. Default 0.
     clock_skew_s: float = 0.0
     #: Host name recorded in the session row. Default: this host's name.
@@ -133,6 +141,16 @@ class NodeConfig:
     def effective_fire_ahead_s(self) -> float:
         """``fire_ahead_s``, at most ``look_ahead_s`` (nothing is fired unprepared)."""
         return min(self.fire_ahead_s, self.look_ahead_s)
+
+    @property
+    def journal_dir(self) -> Path:
+        """Where this node's outcome journal lives (see ``state_dir``)."""
+        if self.state_dir:
+            return Path(self.state_dir)
+        base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        url = urlsplit(self.database_url)
+        where = f"{url.hostname or ''}:{url.port or 3306}{url.path}"
+        return Path(base, "quartzlite", hashlib.sha256(where.encode()).hexdigest()[:16])
 
     @classmethod
     def from_env(cls, **overrides: Any) -> NodeConfig:

@@ -33,6 +33,9 @@ class RunStatus(StrEnum):
     #: Fired ahead of its instant, but its job was paused or deleted before the instant
     #: came: it never started.
     CANCELLED = "cancelled"
+    #: Not a run: the scheduler could not plan the job and paused it (see the job's
+    #: ``error``); nothing was started.
+    QUARANTINED = "quarantined"
 
     @property
     def is_final(self) -> bool:
@@ -57,6 +60,7 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.ABANDONED: frozenset(),
     RunStatus.MISSED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
+    RunStatus.QUARANTINED: frozenset(),
 }
 
 

@@ -56,6 +56,8 @@ class Job:
     owner_session: str | None
     fire_id: str | None
     kill_requested: bool
+    #: Why the scheduler quarantined the job (paused it: it could not be planned).
+    error: str | None
     prepared_at: datetime | None
     started_at: datetime | None
     last_ended_at: datetime | None

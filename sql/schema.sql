@@ -11,7 +11,7 @@
 -- then run this file in it (mysql quartzlite < sql/schema.sql). Every table states its
 -- engine and character set, so the database's defaults do not matter.
 --
--- The last statements record the schema revision (0002) in ql_alembic_version, so
+-- The last statements record the schema revision (0003) in ql_alembic_version, so
 -- that a later `quartzlite db upgrade` continues from here. The two rows of ql_locks are
 -- required: a node refuses to start without them.
 
@@ -72,6 +72,7 @@ CREATE TABLE ql_jobs (
     last_ended_at DATETIME(6),
     created_at DATETIME(6) NOT NULL,
     updated_at DATETIME(6) NOT NULL,
+    error TEXT,
     PRIMARY KEY (id),
     CONSTRAINT uq_ql_jobs_active_name UNIQUE (active_name)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
@@ -139,6 +140,6 @@ CREATE TABLE ql_alembic_version (
     version_num VARCHAR(32) NOT NULL,
     CONSTRAINT ql_alembic_version_pkc PRIMARY KEY (version_num)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
-INSERT INTO ql_alembic_version (version_num) VALUES ('0002');
+INSERT INTO ql_alembic_version (version_num) VALUES ('0003');
 
 COMMIT;

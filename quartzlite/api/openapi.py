@@ -166,6 +166,7 @@ SCHEMAS: dict[str, Schema] = {
         "owner_session": nullable({"type": "string"}),
         "fire_id": nullable({"type": "string"}),
         "kill_requested": {"type": "boolean"},
+        "error": nullable({"type": "string"}),
         "prepared_at": nullable(INSTANT),
         "started_at": nullable(INSTANT),
         "last_ended_at": nullable(INSTANT),

@@ -4,10 +4,16 @@ the node cannot.
 A node whose process is frozen (SIGSTOP, a stalled VM) or killed (SIGKILL, OOM) cannot
 fence itself, and its shell jobs run in process groups of their own, so they would
 outlive it and overlap with the rerun a peer starts after expiry. The guard runs in a
-session of its own and reads a pipe from the node: ``beat`` after every successful
+session of its own and reads a pipe from the node: ``beat SENT`` after every successful
 heartbeat, ``add PGID`` / ``del PGID`` as runs start and end. When no beat came for
 ``fence_after_s`` (the node is frozen or cut off) or the pipe closes (the node died), it
 SIGKILLs every registered process group, before any peer may expire the session.
+
+It answers on its stdout, which the node reads: ``ok`` for every beat (the node fences
+when its guard stops answering: a node without a live guard is not running) and
+``killed N`` *before* it kills N groups on a missed deadline, so that a node that wakes
+up after a freeze learns that its runs were killed before it sees them end, and fences
+instead of recording them as failures.
 
 Run as ``python -m quartzlite.node.guard FENCE_AFTER_S``; stdlib only.
 """
@@ -29,21 +35,33 @@ def _kill(groups: set[int]) -> None:
             pass
 
 
-def guard(fd: int, fence_after_s: float) -> int:
+def _tell(out: int, line: str) -> None:
+    try:
+        os.write(out, line.encode() + b"\n")
+    except OSError:
+        pass  # the node is gone or not reading: nothing to tell
+
+
+def guard(fd: int, out: int, fence_after_s: float) -> int:
     groups: set[int] = set()
     last_beat = time.monotonic()
     buffer = b""
+    poller = select.poll()  # not select(): descriptors may be above 1023
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     while True:
         left = fence_after_s - (time.monotonic() - last_beat)
         if left <= 0:
-            # The node missed its fence deadline: it is frozen or cut off.
+            # The node missed its fence deadline: it is frozen or cut off. Say so
+            # first: the node must learn it before it sees its runs die.
+            if groups:
+                _tell(out, f"killed {len(groups)}")
             _kill(groups)
             groups.clear()
-            left = fence_after_s
-        ready, _, _ = select.select([fd], [], [], min(left, 0.25))
-        if not ready:
+            last_beat = time.monotonic()
             continue
-        data = os.read(fd, 4096)
+        if not poller.poll(min(left, 0.25) * 1000):
+            continue
+        data = os.read(fd, 65536)
         if not data:
             _kill(groups)  # the node is gone
             return 0
@@ -60,6 +78,7 @@ def guard(fd: int, fence_after_s: float) -> int:
                 except ValueError:
                     sent = time.monotonic()
                 last_beat = max(last_beat, min(sent, time.monotonic()))
+                _tell(out, "ok")
             elif word == "add" and arg.isdigit():
                 groups.add(int(arg))
             elif word == "del" and arg.isdigit():
@@ -74,7 +93,8 @@ def guard(fd: int, fence_after_s: float) -> int:
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return guard(sys.stdin.fileno(), float(sys.argv[1]))
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    return guard(sys.stdin.fileno(), sys.stdout.fileno(), float(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ peer may expire the session and run the work elsewhere.
 from __future__ import annotations
 
 import bisect
+import fcntl
 import heapq
 import itertools
 import logging
@@ -69,6 +70,7 @@ from quartzlite.enums import RunStatus, TargetKind
 from quartzlite.errors import Fenced, QuartzliteError, SchemaError, StoreError, TransientStoreError
 from quartzlite.executors import RunContext, RunHandle, run_callable, run_shell
 from quartzlite.models import Finished, Fired, Outcome, Prepared
+from quartzlite.node.journal import Journal, JournaledOutcome, orphaned
 from quartzlite.node.planning import SchedulePlanner
 from quartzlite.node.service import Service
 from quartzlite.storage import migrate
@@ -108,6 +110,11 @@ class Execution:
     started_at: datetime | None = None
     #: Set when the executing thread is done with it (a Python thread may never be).
     done: threading.Event = field(default_factory=threading.Event)
+    #: Handed to a worker thread (it may have started).
+    submitted: bool = False
+    #: Running when the node fenced: its shell group was killed (by the node or its
+    #: guard), so an abnormal end is that kill, never the job's failure.
+    fence_killed: bool = False
 
 
 class WorkerPool:
@@ -211,43 +218,111 @@ def tag_sets(tags: tuple[str, ...]) -> list[str]:
 
 
 class GuardLink:
-    """The node's end of the pipe to its guard process (see :mod:`quartzlite.node.guard`)."""
+    """The node's end of the pipes to its guard process (see :mod:`quartzlite.node.guard`).
+
+    Writes never block: a guard that stops reading (frozen, dead) fills the pipe, and a
+    node must not hang on it; :meth:`problem` reports it instead, and the node fences.
+    """
+
+    #: Pipe buffer asked for, so that a burst of run starts never fills it.
+    PIPE_BYTES = 1 << 20
 
     def __init__(self, fence_after_s: float) -> None:
         self._lock = threading.Lock()
+        self.fence_after_s = fence_after_s
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "quartzlite.node.guard", repr(fence_after_s)],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
         )
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self._out = self.proc.stdin.fileno()
+        self._in = self.proc.stdout.fileno()
+        for fd in (self._out, self._in):
+            os.set_blocking(fd, False)
+        try:
+            fcntl.fcntl(self._out, fcntl.F_SETPIPE_SZ, self.PIPE_BYTES)
+        except OSError:
+            pass  # the default 64 KiB still holds thousands of messages
+        self._buffer = b""
+        self._broken: str | None = None
+        #: Monotonic instant of the oldest beat the guard has not answered yet.
+        self._unanswered_since: float | None = None
+        self.killed = 0
 
     def send(self, line: str) -> None:
+        data = line.encode() + b"\n"
         with self._lock:
-            stdin = self.proc.stdin
-            if stdin is None or stdin.closed:
+            if self._broken is not None:
                 return
             try:
-                stdin.write(line.encode() + b"\n")
-                stdin.flush()
-            except (BrokenPipeError, OSError, ValueError):
-                pass
+                os.write(self._out, data)  # < PIPE_BUF: all or nothing
+            except BlockingIOError:
+                self._broken = "the guard process stopped reading its pipe"
+            except OSError as error:
+                self._broken = f"the pipe to the guard process broke ({error})"
+
+    def beat(self, sent: float) -> None:
+        with self._lock:
+            if self._unanswered_since is None:
+                self._unanswered_since = time.monotonic()
+        self.send(f"beat {sent!r}")
 
     def group(self, pgid: int, started: bool) -> None:
         self.send(f"{'add' if started else 'del'} {pgid}")
 
+    def problem(self) -> str | None:
+        """Why this node is no longer guarded, if it is not: the guard killed our
+        runs (we missed the deadline), died, stopped reading, or stopped answering."""
+        with self._lock:
+            while True:
+                try:
+                    data = os.read(self._in, 65536)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                self._buffer += data
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                word, _, arg = line.decode(errors="replace").partition(" ")
+                if word == "ok":
+                    self._unanswered_since = None
+                elif word == "killed" and arg.isdigit():
+                    self.killed += int(arg)
+            if self.killed:
+                return (f"the guard killed {self.killed} running job(s): this node missed its "
+                        f"heartbeat deadline (frozen or starved for fence_after_s)")
+            code = self.proc.poll()
+            if code is not None:
+                return f"the guard process died (exit status {code})"
+            if self._broken is not None:
+                return self._broken
+            if (self._unanswered_since is not None
+                    and time.monotonic() - self._unanswered_since > self.fence_after_s):
+                return (f"the guard process has not answered for "
+                        f"{time.monotonic() - self._unanswered_since:.1f}s")
+            return None
+
     def close(self, *, kill: bool = False) -> None:
         self.send("kill" if kill else "exit")
         with self._lock:
-            if self.proc.stdin is not None:
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
         try:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait(5)
 
 
 class Node:
@@ -283,16 +358,26 @@ class Node:
             io_timeout_s=max(1.0, min(config.heartbeat_interval_s * 2, config.fence_after_s / 2)),
             pool_size=1, idle_timeout_s=idle_timeout, on_error=self._db_error,
         )
-        self.store = NodeStore(self.db, node_name=self.node_name)
-        self.hb_store = NodeStore(self.hb_db, node_name=self.node_name)
+        self.fenced = threading.Event()
+        #: Set when the node gives up recording outcomes (it is exiting).
+        self.results_stop = threading.Event()
+        # Every retry loop but the results' stops at the fence: a fenced node writes
+        # nothing but outcomes.
+        self.store = NodeStore(self.db, node_name=self.node_name, stop=self.fenced)
+        self.hb_store = NodeStore(self.hb_db, node_name=self.node_name, stop=self.fenced)
+        self.journal: Journal | None = None
         self.planner = SchedulePlanner()
         self.tag_sets = tag_sets(config.tags)
         self.mutex = threading.RLock()
         self.prepared: dict[int, Prepared] = {}
         self.executing: dict[int, Execution] = {}
         self.results: queue.Queue[Finished] = queue.Queue()
-        self.fenced = threading.Event()
         self.fence_reason = ""
+        #: Held while fencing marks the running executions, and while a result is
+        #: judged against that mark (a guard's kill is not the job's failure).
+        self._fence_lock = threading.RLock()
+        #: Python runs still executing when the fenced node gave up waiting for them.
+        self.unkillable_left = 0
         self.stopping = False
         self.done = threading.Event()
         self.crashed: tuple[str, BaseException] | None = None
@@ -355,6 +440,7 @@ class Node:
         """Run until stopped (0), fenced (3), forced (4) or broken (1/2)."""
         try:
             migrate.check_ready(self.db)
+            self._replay_journals()
             started = self.store.register(
                 session_id=self.session_id, host=self.config.host, pid=self.pid,
                 capacity=self.config.capacity, tags=self.config.tags, version=__version__,
@@ -371,6 +457,13 @@ class Node:
             return EXIT_ERROR
         self.offset_s = (started - self.clock.now()).total_seconds()
         self.last_beat_mono = self.clock.monotonic()
+        try:
+            self.journal = Journal(self.config.journal_dir, self.session_id)
+        except OSError as error:
+            log.error("cannot open the outcome journal in %s: %s", self.config.journal_dir, error,
+                      extra={"action": "start_failed"})
+            self._dispose()
+            return EXIT_ERROR
         self.guard = GuardLink(self.config.fence_after_s)
         log.info(
             "node %s started: session %s, capacity %d, tags %s",
@@ -415,37 +508,105 @@ class Node:
             self.stop_request.event.set()
 
     def fence(self, reason: str) -> None:
-        """Stop everything this node does for the cluster, kill its children now."""
-        if self.fenced.is_set():
-            return
-        self.fence_reason = reason
-        self.fenced.set()
-        for service in (self.watcher, self.scanner, self.firer, self.starter, self.compensator,
-                        self.expirer, self.janitor):
-            service.stop()
-        executions = list(self.executing.values())
-        for execution in executions:
-            execution.handle.kill("node fenced", force=True)
+        """Stop everything this node does for the cluster but record outcomes, and
+        kill its shell children now."""
+        with self._fence_lock:
+            if self.fenced.is_set():
+                return
+            self.fence_reason = reason
+            self.fenced.set()
+            for service in (self.watcher, self.scanner, self.firer, self.starter,
+                            self.compensator, self.expirer, self.janitor, self.killer):
+                service.stop()
+            executions = list(self.executing.values())
+            for execution in executions:
+                execution.fence_killed = True
+                if execution.context is None:
+                    execution.handle.kill(self.FENCE_KILL, force=True)
         if self.guard is not None:
             self.guard.send("kill")
+        running = sum(1 for e in executions if e.submitted)
         log.error(
-            "FENCED: %s; killed %d running job(s) and dropped %d prepared; a peer will "
-            "take the work over once this session expires",
-            reason, len(executions), len(self.prepared),
+            "FENCED: %s; killed %d running job(s) and dropped %d prepared; outcomes already "
+            "known are still recorded, the rest is a peer's once this session expires",
+            reason, running, len(self.prepared),
             extra={"action": "fenced", "session": self.session_id},
         )
         self.stop_request.event.set()
 
+    #: Why a fence kills the running shell jobs (and how their runs are told apart).
+    FENCE_KILL = "node fenced"
+
+    def check_guard(self) -> None:
+        """Fence if the guard says this node is no longer guarded."""
+        if self.guard is None:
+            return
+        with self._fence_lock:
+            if self.fenced.is_set():
+                return
+            problem = self.guard.problem()
+            if problem is not None:
+                self.fence(problem)
+
+    def _replay_journals(self) -> None:
+        """Record the outcomes that nodes gone from this machine wrote to their journal
+        but not to the database (a fence, a crash), before registering: the slots they
+        ran must not run again."""
+        with orphaned(self.config.journal_dir) as found:
+            for path, entries in found:
+                by_session: dict[str, list[JournaledOutcome]] = {}
+                for entry in entries:
+                    by_session.setdefault(entry.session_id, []).append(entry)
+                for session_id, items in by_session.items():
+                    finished = self.store.journaled(items)
+                    if finished:
+                        self.store.complete(session_id=session_id, finished=finished,
+                                            planner=self.planner, stop=self.results_stop)
+                    log.warning(
+                        "recorded %d outcome(s) from the journal %s of session %s",
+                        len(finished), path.name, session_id,
+                        extra={"action": "journal_replayed", "session": session_id},
+                    )
+
     def _after_fence(self) -> int:
+        """Fenced: everything is stopped but the results. Outcomes are facts, so the
+        node still records them (until its session is expired; the run rows refuse
+        them after that), for at most ``session_timeout_s``; what is left then is in
+        the journal for the next node on this machine."""
         for service in self.services:
-            service.stop()
+            if service is not self.results_service:
+                service.stop()
+        self.starter.join(2)  # nothing is handed to a worker any more
         deadline = time.monotonic() + self.config.kill_grace_s
         for execution in list(self.executing.values()):
-            # Shell runs end once their group is killed; runs still waiting for their
-            # instant never start.
-            if execution.context is None and execution.started_at is not None:
+            # Shell runs end once their group is killed.
+            if execution.context is None and execution.submitted:
                 execution.done.wait(max(0.0, deadline - time.monotonic()))
+        for execution in list(self.executing.values()):
+            if not execution.submitted:
+                execution.done.set()
+                self.finish(execution, Outcome(
+                    status=RunStatus.ABANDONED,
+                    error=f"never started: its node fenced ({self.fence_reason})",
+                ))
         self.prepared.clear()
+        deadline = time.monotonic() + self.config.session_timeout_s
+        while time.monotonic() < deadline and self.stop_request.level < 2:
+            pending = self.journal.pending if self.journal is not None else 0
+            if pending == 0 and self.results.empty() and all(
+                e.done.is_set() for e in self.executing.values()
+            ):
+                break
+            self.stop_request.event.wait(0.1)
+            self.stop_request.event.clear()
+        self.unkillable_left = sum(1 for e in self.executing.values() if not e.done.is_set())
+        left = self.journal.pending if self.journal is not None else 0
+        if left:
+            log.warning("%d outcome(s) not recorded yet: left in the journal %s",
+                        left, self.journal.path if self.journal else "-",
+                        extra={"action": "journal_left"})
+        self.results_stop.set()
+        self.results_service.stop()
         self.executing.clear()
         return EXIT_FENCED
 
@@ -496,6 +657,7 @@ class Node:
         self.results_service.stop()
         self.results_service.join(5)
         self.results_service.drain()
+        self.results_stop.set()
         self.watchdog.stop()
         try:
             deleted = self.store.delete_session(self.session_id)
@@ -509,11 +671,14 @@ class Node:
         return EXIT_OK
 
     def _dispose(self) -> None:
+        self.results_stop.set()
         for service in self.services:
             service.stop()
         if self.guard is not None:
             # Whatever still runs now must not outlive the node.
             self.guard.close(kill=bool(self.executing) or self.fenced.is_set())
+        if self.journal is not None:
+            self.journal.close(delete=True)  # kept if it holds unrecorded outcomes
         self.db.dispose()
         self.hb_db.dispose()
 
@@ -534,6 +699,7 @@ class Node:
         return execution
 
     def submit(self, execution: Execution) -> None:
+        execution.submitted = True
         self.workers.submit(lambda: self._execute(execution))
 
     def _mark_started(self, execution: Execution) -> None:
@@ -547,11 +713,14 @@ class Node:
         p = fired.prepared
         spec = p.spec
         try:
-            if execution.handle.kill_requested or self.fenced.is_set():
+            if self.fenced.is_set():
+                execution.started_at = None
+                outcome = Outcome(status=RunStatus.ABANDONED,
+                                  error=f"never started: its node fenced ({self.fence_reason})")
+            elif execution.handle.kill_requested:
                 execution.started_at = None
                 outcome = Outcome(
-                    status=RunStatus.KILLED,
-                    error=f"{execution.handle.reason or 'node fenced'} (before it started)",
+                    status=RunStatus.KILLED, error=f"{execution.handle.reason} (before it started)",
                 )
             elif spec.target_kind is TargetKind.SHELL:
                 self._mark_started(execution)
@@ -587,11 +756,30 @@ class Node:
 
     def finish(self, execution: Execution, outcome: Outcome) -> None:
         """Record a run's outcome, once: the first to claim the run wins (its worker,
-        or the killer for a Python run that timed out or was killed)."""
-        if self.fenced.is_set() or not execution.handle.claim():
-            return  # fenced: not ours to record; peers recover it after expiry
-        self.results.put(Finished(fired=execution.fired, outcome=outcome, ended_at=self.db_now(),
-                                  started_at=execution.started_at))
+        or the killer for a Python run that timed out or was killed). Even a fenced
+        node records outcomes: they are facts. A shell run that ended abnormally
+        because the node fenced (or its guard killed it) is recorded ``abandoned``,
+        never as the job's failure: its outcome is unknown, its recovery policy
+        applies."""
+        if not execution.handle.claim():
+            return
+        if execution.context is None and outcome.status is not RunStatus.SUCCEEDED:
+            self.check_guard()  # a guard kill is reported before the run can end of it
+        with self._fence_lock:
+            fence_killed = execution.fence_killed
+        if fence_killed and execution.context is None and (
+            (outcome.status is RunStatus.KILLED and execution.handle.reason == self.FENCE_KILL)
+            or (outcome.status is RunStatus.FAILED and (outcome.exit_code or 0) < 0)
+        ):
+            outcome = Outcome(
+                status=RunStatus.ABANDONED, exit_code=outcome.exit_code, output=outcome.output,
+                error=f"killed when its node fenced ({self.fence_reason}); recovery policy applies",
+            )
+        finished = Finished(fired=execution.fired, outcome=outcome, ended_at=self.db_now(),
+                            started_at=execution.started_at)
+        if self.journal is not None:
+            self.journal.outcome(finished)
+        self.results.put(finished)
         self.results_service.wake()
 
     def police_python_runs(self) -> None:
@@ -641,6 +829,13 @@ class _Heartbeat(_NodeService):
         if node.fenced.is_set():
             return None
         sent_mono = node.clock.monotonic()
+        silent = sent_mono - node.last_beat_mono
+        if silent > node.config.fence_after_s:
+            # Frozen past the deadline (the watchdog may not have run yet): the guard
+            # has killed our runs; a beat now would hide that.
+            node.fence(f"no heartbeat reached the database for {silent:.1f}s "
+                       f"(fence_after_s={node.config.fence_after_s:g})")
+            return None
         sent_real = time.monotonic()
         try:
             beat = node.hb_store.heartbeat(node.session_id, node.offset_s * 1000, node.clock.now)
@@ -656,7 +851,7 @@ class _Heartbeat(_NodeService):
         # Count from when we sent it: the database stamped it no earlier than that.
         node.last_beat_mono = sent_mono
         if node.guard is not None:
-            node.guard.send(f"beat {sent_real!r}")
+            node.guard.beat(sent_real)
         if node.healthy_since is None:
             node.healthy_since = sent_mono
         return max(0.0, self.interval_s - (node.clock.monotonic() - sent_mono))
@@ -714,6 +909,7 @@ class _Watchdog(_NodeService):
         if silent > node.config.fence_after_s and not node.fenced.is_set():
             node.fence(f"no heartbeat reached the database for {silent:.1f}s "
                        f"(fence_after_s={node.config.fence_after_s:g})")
+        node.check_guard()  # a node without a live guard is not running
         return None
 
 
@@ -959,7 +1155,7 @@ class _Results(_NodeService):
 
     def run_once(self) -> float | None:
         node = self.node
-        if node.fenced.is_set() or node.results.empty():
+        if node.results.empty():
             return None
         now = time.monotonic()
         if self._first_seen is None:
@@ -972,7 +1168,7 @@ class _Results(_NodeService):
 
     def drain(self) -> None:
         """Record whatever is left (the last step of a graceful stop)."""
-        while not self.node.results.empty() and not self.node.fenced.is_set():
+        while not self.node.results.empty():
             try:
                 self._record()
             except TransientStoreError as error:
@@ -993,14 +1189,14 @@ class _Results(_NodeService):
             try:
                 done = node.store.complete(
                     session_id=node.session_id, finished=batch, planner=node.planner,
-                    stop=node.fenced,
+                    stop=node.results_stop,
                 )
             except TransientStoreError:
-                if node.fenced.is_set():
-                    return None
-                for item in batch:
+                for item in batch:  # outcomes are facts: keep them until recorded
                     node.results.put(item)
                 raise
+            if node.journal is not None:
+                node.journal.recorded([item.fired.run_id for item in batch])
             for item in batch:
                 job_id = item.fired.prepared.job_id
                 current = node.executing.get(job_id)
@@ -1156,6 +1352,13 @@ def run_node(
         code = node.run()
         if code == EXIT_FENCED:
             log.error("node fenced: %s", node.fence_reason, extra={"action": "exit_fenced"})
+            if config.rejoin and node.unkillable_left:
+                # Threads cannot be killed; only this process's exit ends them. Joining
+                # again beside them could overlap with a peer's rerun.
+                log.error("not rejoining: %d Python run(s) of the fenced session still "
+                          "execute; exiting so that they end", node.unkillable_left,
+                          extra={"action": "no_rejoin"})
+                return code
             if config.rejoin and stop.level == 0 and _wait_for_database(config, stop):
                 log.info("rejoining under a new session", extra={"action": "rejoin"})
                 continue

@@ -208,11 +208,16 @@ class Database:
         while True:
             attempt += 1
             committing = False
+            if stop is not None and stop.is_set() and attempt > 1:
+                raise TransientStoreError(f"{name} stopped after {attempt - 1} attempt(s)")
             try:
                 with engine.connect() as conn:
                     try:
                         result = fn(Tx(conn=conn, after_unknown=after_unknown, attempt=attempt))
                         if commit:
+                            if stop is not None and stop.is_set():
+                                # Told to stop (a fence) while it ran: never commit.
+                                raise TransientStoreError(f"{name} stopped before its commit")
                             committing = True
                             conn.commit()
                         return result

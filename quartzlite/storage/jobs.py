@@ -363,6 +363,8 @@ class JobStore:
             if bool(existing["paused"]) == paused:
                 return rows.job_from_row(existing)
             values: dict[str, Any] = {"paused": paused, "updated_at": func.now(6)}
+            if not paused:
+                values["error"] = None  # a quarantined job is given another chance
             if paused and existing["state"] == JobState.PREPARED.value:
                 values.update(HAND_BACK)
             if not paused and existing["state"] == JobState.IDLE.value:
@@ -407,6 +409,8 @@ class JobStore:
     def _replace(self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: Planner) -> Job:
         old = rows.spec_from_row(existing)
         values: dict[str, Any] = {**rows.spec_values(spec), "updated_at": func.now(6)}
+        if not spec.paused:
+            values["error"] = None  # a quarantined job is given another chance
         timing_changed = (old.schedule, old.timezone) != (spec.schedule, spec.timezone)
         state = existing["state"]
         if state == JobState.PREPARED.value and (timing_changed or spec.paused or old.tags != spec.tags):

@@ -13,6 +13,7 @@ unknown outcome.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -132,9 +133,13 @@ class Owned:
 
 
 class NodeStore:
-    def __init__(self, db: Database, *, node_name: str) -> None:
+    """``stop``: when set (the node fenced), every retry loop here gives up and no
+    transaction commits, except :meth:`complete`'s (outcomes are facts)."""
+
+    def __init__(self, db: Database, *, node_name: str, stop: threading.Event | None = None) -> None:
         self.db = db
         self.node_name = node_name
+        self.stop = stop
         self.lock_stats = LockStats()
 
     # -- locks -------------------------------------------------------------------
@@ -174,7 +179,7 @@ class NodeStore:
             )
             return now
 
-        return self.db.transaction(tx, name="register_session")
+        return self.db.transaction(tx, name="register_session", stop=self.stop)
 
     def heartbeat(
         self, session_id: str, clock_offset_ms: float, local_now: Callable[[], datetime]
@@ -256,7 +261,7 @@ class NodeStore:
             t.conn.execute(delete(sessions).where(sessions.c.id == session_id))
             return True
 
-        return self.db.transaction(tx, name="delete_session")
+        return self.db.transaction(tx, name="delete_session", stop=self.stop)
 
     # -- scan and prepare --------------------------------------------------------
 
@@ -300,18 +305,23 @@ class NodeStore:
             result: list[Prepared] = []
             moved: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
+            poisoned: list[tuple[RowMapping, BaseException]] = []
             for row in found:
-                spec = rows.spec_from_row(row)
-                fire_at = utc(row["next_fire_at"])
-                slot_at = utc(row["next_slot_at"] or row["next_fire_at"])
-                attempt = row["next_attempt"]
-                if attempt == 1 and fire_at < now - timedelta(seconds=spec.misfire_grace_s):
-                    plan = planner.misfire(spec, slot_at, now)
-                    missed.extend(self._missed_rows(row["id"], spec.name, plan))
-                    moved.append(self._reschedule_values(row["id"], plan))
-                    if plan.fire_at is None or plan.fire_at > horizon or plan.slot_at is None:
-                        continue
-                    fire_at, slot_at, attempt = plan.fire_at, plan.slot_at, plan.attempt
+                try:
+                    spec = rows.spec_from_row(row)
+                    fire_at = utc(row["next_fire_at"])
+                    slot_at = utc(row["next_slot_at"] or row["next_fire_at"])
+                    attempt = row["next_attempt"]
+                    if attempt == 1 and fire_at < now - timedelta(seconds=spec.misfire_grace_s):
+                        plan = planner.misfire(spec, slot_at, now)
+                        missed.extend(self._missed_rows(row["id"], spec.name, plan))
+                        moved.append(self._reschedule_values(row["id"], plan))
+                        if plan.fire_at is None or plan.fire_at > horizon or plan.slot_at is None:
+                            continue
+                        fire_at, slot_at, attempt = plan.fire_at, plan.slot_at, plan.attempt
+                except Exception as error:  # noqa: BLE001 - one job never stops a node
+                    poisoned.append((row, error))
+                    continue
                 result.append(
                     Prepared(
                         job_id=row["id"], name=spec.name, fire_id=f"{fire_prefix}{row['id']}",
@@ -322,6 +332,7 @@ class NodeStore:
                 self._reschedule(t.conn, moved)
             if missed:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+            self._quarantine(t.conn, poisoned, now)
             if result:
                 t.conn.execute(
                     update(jobs)
@@ -347,7 +358,7 @@ class NodeStore:
                 prepared=result, next_due=None if next_due is None else utc(next_due), db_now=now
             )
 
-        return self.db.transaction(tx, name="prepare_due")
+        return self.db.transaction(tx, name="prepare_due", stop=self.stop)
 
     def _adopt(
         self, conn: Connection, session_id: str, fire_prefix: str, have: list[Prepared]
@@ -382,8 +393,8 @@ class NodeStore:
         ``ahead_s`` of now, in one transaction. Re-checks owner, fire id, paused and
         deleted under the job lock. Returns the fired runs and the ids of the jobs this
         node no longer owns; an item not yet that close by the database clock is neither
-        (it stays prepared), whatever our clock estimate says. A run fired ahead has its
-        planned instant as ``started_at`` until its result records its start check's."""
+        (it stays prepared), whatever our clock estimate says. A run row has no
+        ``started_at`` until its result records when it did start."""
 
         def tx(t: Tx) -> tuple[list[Fired], list[int]]:
             self.lock(t.conn, "job")
@@ -437,10 +448,11 @@ class NodeStore:
                 # planned instant, slot and attempt): nothing per row crosses the wire.
                 # IGNORE: the UNIQUE (job_id, planned_at) key refuses a second run of a
                 # slot; the check below sees whose row it is.
+                # No started_at: the run has not started (it may never); its result
+                # writes when it did.
                 source = select(
                     jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at,
                     func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at), jobs.c.next_attempt,
-                    func.greatest(jobs.c.next_fire_at, rows.to_db(now)),
                     literal(session_id), literal(self.node_name),
                     literal(RunStatus.RUNNING.value),
                 ).where(
@@ -451,7 +463,7 @@ class NodeStore:
                 t.conn.execute(
                     insert(runs).prefix_with("IGNORE").from_select(
                         ["job_id", "job_name", "fire_id", "planned_at", "slot_at", "attempt",
-                         "started_at", "session_id", "node", "status"],
+                         "session_id", "node", "status"],
                         source,
                     )
                 )
@@ -483,16 +495,20 @@ class NodeStore:
                     "slot %s of job %s already ran; skipping it", p.fire_at.isoformat(), p.name,
                     extra={"action": "duplicate_refused", "job": p.name},
                 )
-                plan = planner.skip(p.spec, p.fire_at, now)
+                lost.append(p.job_id)
+                try:
+                    plan = planner.skip(p.spec, p.fire_at, now)
+                except Exception as error:  # noqa: BLE001 - one job never stops a node
+                    self._quarantine_ids(t.conn, [(p.job_id, p.name, p.fire_id, error)], now)
+                    continue
                 t.conn.execute(
                     update(jobs)
                     .where(jobs.c.id == p.job_id, jobs.c.fire_id == p.fire_id)
                     .values(**HAND_BACK, **self._next_values(plan))
                 )
-                lost.append(p.job_id)
             return fired, lost
 
-        return self.db.transaction(tx, name="fire")
+        return self.db.transaction(tx, name="fire", stop=self.stop)
 
     def start_check(self, session_id: str, items: Sequence[Prepared]) -> StartCheck:
         """At the instant of runs fired ahead of it: the database clock, and those whose
@@ -557,6 +573,7 @@ class NodeStore:
             run_values: list[dict[str, Any]] = []
             job_values: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
+            poisoned: list[tuple[RowMapping, BaseException]] = []
             for item in finished:
                 p = item.fired.prepared
                 run_values.append(
@@ -576,8 +593,17 @@ class NodeStore:
                     or row["owner_session"] != session_id
                 ):
                     continue
-                spec = rows.spec_from_row(row)
-                plan = planner.after_run(spec, item, now)
+                try:
+                    spec = rows.spec_from_row(row)
+                    if item.outcome.status is RunStatus.ABANDONED:
+                        plan = self._after_abandoned(
+                            planner, spec, p.slot_at, p.attempt, now, started=item.started_at is not None
+                        )
+                    else:
+                        plan = planner.after_run(spec, item, now)
+                except Exception as error:  # noqa: BLE001 - one job never stops a node
+                    poisoned.append((row, error))
+                    continue
                 missed.extend(self._missed_rows(p.job_id, spec.name, plan))
                 job_values.append(
                     {
@@ -604,12 +630,52 @@ class NodeStore:
             )
             if missed:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+            self._quarantine(t.conn, poisoned, now)
             upcoming = [v["next_fire_at"] for v in job_values if v["next_fire_at"] is not None]
             return Completed(next_due=utc(min(upcoming)) if upcoming else None, db_now=now)
 
+        # A short deadline: the caller holds the node mutex; it keeps the results and
+        # tries again (outcomes are never dropped).
         return self.db.transaction(
-            tx, name="complete_runs", retry=RetryPolicy(deadline_s=None), stop=stop
+            tx, name="complete_runs", retry=RetryPolicy(deadline_s=2.0), stop=stop
         )
+
+    @staticmethod
+    def _after_abandoned(
+        planner: Planner, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime,
+        *, started: bool,
+    ) -> Reschedule:
+        """A run its node gave up: one that never started is simply run again (the same
+        attempt of the same slot); one killed mid-run follows its recovery policy."""
+        if not started:
+            return Reschedule(fire_at=now, slot_at=slot_at, attempt=attempt)
+        return planner.recover(spec, slot_at, attempt, now)
+
+    def journaled(self, entries: Sequence[Any]) -> list[Finished]:
+        """Journaled outcomes (``quartzlite.node.journal.JournaledOutcome``) as results
+        to :meth:`complete`, with their jobs' specs read back; those whose job row is
+        gone are dropped."""
+        if not entries:
+            return []
+        with self.db.connect() as conn:
+            found = {
+                r["id"]: rows.spec_from_row(r)
+                for r in conn.execute(
+                    select(*_SPEC_COLUMNS).where(jobs.c.id.in_({e.job_id for e in entries}))
+                ).mappings()
+            }
+        finished: list[Finished] = []
+        for e in entries:
+            spec = found.get(e.job_id)
+            if spec is None:
+                continue
+            prepared = Prepared(job_id=e.job_id, name=e.name, fire_id=e.fire_id, fire_at=e.fire_at,
+                                slot_at=e.slot_at, attempt=e.attempt, spec=spec)
+            finished.append(Finished(
+                fired=Fired(prepared=prepared, run_id=e.run_id, fired_at=e.fired_at),
+                outcome=e.outcome, ended_at=e.ended_at, started_at=e.started_at,
+            ))
+        return finished
 
     # -- hand back, kill, compensation, expiry ---------------------------------------
 
@@ -628,7 +694,7 @@ class NodeStore:
             self.bump_job_version(t.conn)
             return int(count)
 
-        return self.db.transaction(tx, name="hand_back")
+        return self.db.transaction(tx, name="hand_back", stop=self.stop)
 
     def kill_requests(self, session_id: str) -> list[tuple[int, str]]:
         """Our executing jobs with a kill request (a consistent read via the owner index)."""
@@ -688,7 +754,7 @@ class NodeStore:
                 )
             return adopted, len(executing)
 
-        return self.db.transaction(tx, name="compensate")
+        return self.db.transaction(tx, name="compensate", stop=self.stop)
 
     def expire_sessions(
         self, *, session_id: str, session_timeout_s: float, planner: Planner
@@ -748,7 +814,7 @@ class NodeStore:
             )
             return dead
 
-        return self.db.transaction(tx, name="expire_sessions")
+        return self.db.transaction(tx, name="expire_sessions", stop=self.stop)
 
     def _recover(
         self, conn: Connection, executing: Sequence[RowMapping], now: datetime, planner: Planner,
@@ -756,8 +822,13 @@ class NodeStore:
     ) -> None:
         """Close the running runs of these executing jobs as abandoned, then move each
         job on per its recovery policy (rerun the slot, or skip to the next)."""
+        poisoned: list[tuple[RowMapping, BaseException]] = []
         for row in executing:
-            spec = rows.spec_from_row(row)
+            try:
+                spec = rows.spec_from_row(row)
+            except Exception as error:  # noqa: BLE001 - one job never stops a node
+                poisoned.append((row, error))
+                continue
             run = conn.execute(
                 select(runs.c.id, runs.c.slot_at, runs.c.attempt, runs.c.planned_at).where(
                     runs.c.job_id == row["id"], runs.c.fire_id == row["fire_id"]
@@ -774,7 +845,11 @@ class NodeStore:
                         error=f"abandoned: {reason}; recovery policy {spec.recovery_policy.value}",
                     )
                 )
-            plan = planner.recover(spec, slot_at, attempt, now)
+            try:
+                plan = planner.recover(spec, slot_at, attempt, now)
+            except Exception as error:  # noqa: BLE001 - one job never stops a node
+                poisoned.append((row, error))
+                continue
             missed = self._missed_rows(row["id"], spec.name, plan)
             if missed:
                 conn.execute(insert(runs).prefix_with("IGNORE"), missed)
@@ -783,6 +858,38 @@ class NodeStore:
                 .where(jobs.c.id == row["id"], jobs.c.fire_id == row["fire_id"])
                 .values(**HAND_BACK, kill_requested=False, **self._next_values(plan))
             )
+        self._quarantine(conn, poisoned, now)
+
+    # -- quarantine ----------------------------------------------------------------
+
+    def _quarantine(
+        self, conn: Connection, poisoned: Sequence[tuple[RowMapping, BaseException]], now: datetime
+    ) -> None:
+        self._quarantine_ids(
+            conn, [(r["id"], r["name"], r["fire_id"], error) for r, error in poisoned], now
+        )
+
+    def _quarantine_ids(
+        self, conn: Connection, poisoned: Sequence[tuple[int, str, str | None, BaseException]],
+        now: datetime,
+    ) -> None:
+        """Jobs the node could not plan (their schedule or stored definition fails):
+        paused, with the reason on the job and in its history; the node carries on."""
+        for job_id, name, fire_id, error in poisoned:
+            reason = f"quarantined: the scheduler could not plan this job ({error!r}); it is paused"
+            log.error("job %s %s", name, reason, extra={"action": "quarantined", "job": name})
+            query = update(jobs).where(jobs.c.id == job_id)
+            if fire_id is not None:
+                query = query.where(jobs.c.fire_id == fire_id)
+            conn.execute(query.values(
+                **HAND_BACK, paused=True, kill_requested=False, error=reason[:4000],
+                updated_at=rows.to_db(now),
+            ))
+            conn.execute(insert(runs).prefix_with("IGNORE").values(
+                job_id=job_id, job_name=name, fire_id=None, planned_at=rows.to_db(now),
+                slot_at=rows.to_db(now), attempt=1, session_id=None, node=self.node_name,
+                status=RunStatus.QUARANTINED.value, output="", error=reason[:4000],
+            ))
 
     # -- helpers -----------------------------------------------------------------
 

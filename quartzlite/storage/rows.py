@@ -77,6 +77,7 @@ def job_from_row(row: Row) -> Job:
         owner_session=row["owner_session"],
         fire_id=row["fire_id"],
         kill_requested=bool(row["kill_requested"]),
+        error=row["error"],
         prepared_at=instant(row["prepared_at"]),
         started_at=instant(row["started_at"]),
         last_ended_at=instant(row["last_ended_at"]),

@@ -108,6 +108,8 @@ jobs = Table(
     _instant("last_ended_at"),
     _instant("created_at", nullable=False),
     _instant("updated_at", nullable=False),
+    # Why the scheduler quarantined (paused) the job; NULL when it did not.
+    Column("error", Text, nullable=True),
     UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
     # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
     Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),

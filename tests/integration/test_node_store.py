@@ -50,8 +50,8 @@ def test_runs_are_fired_ahead_and_checked_at_their_instant(
     assert sorted(f.prepared.name for f in fired) == sorted(names)
     assert all(f.fired_at < f.prepared.fire_at for f in fired), "fired before the instant"
     assert all(j.state is JobState.EXECUTING for j in client.list_jobs().items)
-    # Until its result says otherwise, a run fired ahead shows its planned start.
-    assert all(r.started_at == r.planned_at for r in client.list_runs().items)
+    # A run fired ahead has not started: its row claims no start until its result.
+    assert all(r.started_at is None for r in client.list_runs().items)
 
     check = store.start_check(SESSION, [f.prepared for f in fired])
     assert check.stopped == {}

@@ -1,0 +1,186 @@
+"""Issue 10's runtime bugs, each shown with real node processes: a database outage past
+fence_after must not rerun finished runs; a node whose guard dies, or that wakes up
+after its guard killed its runs, fences; such kills are never recorded as failures;
+no run row claims a start that did not happen."""
+
+from __future__ import annotations
+
+import signal
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from quartzlite.client import SchedulerClient
+from tests.cluster.harness import Db, NodeProcess, nodes, pid_alive, wait_until
+from tests.cluster.proxy import TcpProxy
+from tests.cluster.spans import executions_per_slot, finished_then_rerun
+from tests.cluster.test_faults import DEFAULTS, db_now, proxied, stop_all, target
+
+pytestmark = pytest.mark.cluster
+
+
+def guard_pid(node: NodeProcess) -> int:
+    """The node's guard process (its child running quartzlite.node.guard)."""
+
+    def find() -> int | None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == node.pid and b"quartzlite.node.guard" in cmdline:
+                return int(entry.name)
+        return None
+
+    return wait_until(find, timeout=30, message="the node's guard process")
+
+
+def sleeper(client: SchedulerClient, tmp_path: Path, tag: str, **extra: object) -> Path:
+    child = tmp_path / "child"
+    client.add_job({"name": "sleeper", "schedule": "0 0 1 1 *", "tags": [tag],
+                    "command": f"sleep 300 & echo $! > {child}; wait", **extra})
+    return child
+
+
+def started_child(client: SchedulerClient, child: Path) -> int:
+    client.trigger_job("sleeper")
+    wait_until(lambda: child.exists() and child.read_text().strip(), timeout=30,
+               message="the sleeper's child started")
+    return int(child.read_text())
+
+
+def no_false_history(db: Db) -> None:
+    """No run row claims a start its node never made, nor a kill as a failure."""
+    false_starts = db.rows(
+        "SELECT id, job_name, status FROM ql_runs WHERE started_at IS NOT NULL "
+        "AND (status IN ('missed', 'cancelled', 'quarantined') OR ended_at < started_at)"
+    )
+    assert not false_starts, false_starts
+    kills = db.rows("SELECT id, job_name, exit_code, error FROM ql_runs "
+                    "WHERE status = 'failed' AND exit_code < 0")
+    assert not kills, f"kills recorded as failures: {kills}"
+
+
+def test_a_node_whose_guard_dies_fences_at_once(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    """Before: the node carried on unguarded (no log line, a zombie guard)."""
+    child = sleeper(client, tmp_path, "g")
+    db = Db(db_url)
+    with nodes(db_url) as start:
+        node = start("guarded", flags=["--tag", "g"])
+        wait_until(lambda: db.live_sessions() == 1, timeout=60)
+        pid = started_child(client, child)
+        guard = guard_pid(node)
+        signal_at = datetime.now(UTC)
+        import os
+
+        os.kill(guard, signal.SIGKILL)
+        assert node.wait(30) == 3, node.log()[-3000:]
+        assert "the guard process died" in node.log()
+        assert (datetime.now(UTC) - signal_at).total_seconds() < 20
+        wait_until(lambda: not pid_alive(pid), timeout=10, message="the job's child was killed")
+        assert not pid_alive(guard), "the dead guard was reaped"
+    run = db.rows("SELECT status, started_at, error FROM ql_runs WHERE job_name='sleeper'")
+    assert [r.status for r in run] == ["abandoned"], run
+    assert run[0].started_at is not None
+    no_false_history(db)
+    db.close()
+
+
+def test_a_node_frozen_past_fence_after_fences_on_waking_and_its_kill_is_no_failure(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    """SIGSTOP just past fence_after, below the session timeout: the guard kills the
+    run; on SIGCONT the node must fence, record the run abandoned (not failed -9) and
+    its slot runs again (recovery policy rerun). Before: recorded failed, not rerun."""
+    child = sleeper(client, tmp_path, "f")
+    db = Db(db_url)
+    with nodes(db_url) as start:
+        frozen = start("frozen", flags=["--tag", "f"],
+                       options={"session-timeout-s": "6", "fence-after-s": "2.5"})
+        wait_until(lambda: db.live_sessions() == 1, timeout=60)
+        pid = started_child(client, child)
+        child.unlink()
+        frozen.signal(signal.SIGSTOP)
+        wait_until(lambda: not pid_alive(pid), timeout=30, interval=0.05,
+                   message="the guard killed the frozen node's child")
+        frozen.signal(signal.SIGCONT)
+        assert frozen.wait(30) == 3, frozen.log()[-3000:]
+        assert "FENCED" in frozen.log()
+        peer = start("peer", flags=["--tag", "f"])
+        wait_until(lambda: child.exists() and child.read_text().strip(), timeout=60,
+                   message="the slot ran again (attempt 2)")
+        stop_all([peer])
+    rows = db.rows("SELECT status, attempt, slot_at, exit_code FROM ql_runs "
+                   "WHERE job_name='sleeper' ORDER BY attempt")
+    assert rows[0].status == "abandoned", rows
+    assert rows[1].attempt == 2
+    assert rows[1].slot_at == rows[0].slot_at
+    no_false_history(db)
+    db.close()
+
+
+@pytest.mark.parametrize("back", ["while_draining", "after_exit"])
+def test_outage_past_fence_after_never_reruns_a_finished_run(
+    db_url: str, client: SchedulerClient, tmp_path: Path, back: str
+) -> None:
+    """The database goes away 0.3 s after a burst's instant, for longer than
+    fence_after (default settings): every node fences. Runs that finished meanwhile
+    are facts: recorded by the fenced node once the database is back (6 s outage), or
+    from its journal by the restarted node (the database is back only after the
+    fenced nodes gave up). Never run again. Before: most of the burst ran twice."""
+    log = tmp_path / "spans.log"
+    db = Db(db_url)
+    proxy = TcpProxy(*target(db_url))
+    steady = [f"s-{i:02d}" for i in range(10)]
+    client.add_jobs([{"name": n, "schedule": "* * * * * ?", "callable": "tests.cluster.spans:span",
+                      "kwargs": {"path": str(log)}, "misfire_grace_s": 30.0} for n in steady])
+    options = {**DEFAULTS, "capacity": "200", "state-dir": str(tmp_path / "state")}
+    try:
+        with nodes(proxied(db_url, proxy)) as start:
+            started = [start(f"n{i}", options=options) for i in range(2)]
+            wait_until(lambda: db.live_sessions() == 2, timeout=60)
+            wait_until(lambda: len(executions_per_slot(log)) > 20, timeout=60)
+            at = (db_now(db) + timedelta(seconds=4)).replace(microsecond=0)
+            burst = [f"b-{i:03d}" for i in range(200)]
+            client.add_jobs([{"name": n, "schedule": f"@at {at.isoformat()}",
+                              "callable": "tests.cluster.spans:span",
+                              "kwargs": {"path": str(log), "seconds": 1.0}, "misfire_grace_s": 60.0}
+                             for n in burst])
+            wait_until(lambda: db_now(db) >= at + timedelta(seconds=0.3), timeout=30, interval=0.02)
+            proxy.reject()
+            cut = db_now(db)
+            if back == "while_draining":
+                wait_until(lambda: db_now(db) >= cut + timedelta(seconds=6), timeout=30, interval=0.05)
+                proxy.forward()
+            for node in started:
+                assert node.wait(60) == 3, node.log()[-3000:]
+            if back == "while_draining":
+                assert not list((tmp_path / "state").glob("*.jsonl")), "all recorded while draining"
+            proxy.forward()
+            up = db_now(db)
+            started = [start(f"again{i}", options=options) for i in range(2)]
+            wait_until(
+                lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE job_name LIKE 'b-%' "
+                                  "AND status <> 'running'") >= len(burst)
+                and db.scalar("SELECT COUNT(DISTINCT job_name) FROM ql_runs WHERE status='succeeded' "
+                              "AND job_name LIKE 's-%' AND slot_at > :u", u=up.replace(tzinfo=None))
+                == len(steady),
+                timeout=120, message="the burst is accounted and the steady jobs run again")
+            stop_all(started)
+    finally:
+        proxy.close()
+    twice = finished_then_rerun(log)
+    assert twice == [], f"{len(twice)} finished run(s) executed again: {twice[:10]}"
+    counts = executions_per_slot(log)
+    assert all(counts.get((n, at.isoformat()), 0) >= 1 for n in burst), "every burst job ran"
+    stuck = db.scalar("SELECT COUNT(*) FROM ql_runs WHERE status='running'")
+    assert stuck == 0
+    no_false_history(db)
+    db.close()
