@@ -5,6 +5,7 @@ no run row claims a start that did not happen."""
 
 from __future__ import annotations
 
+import os
 import signal
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -78,8 +79,6 @@ def test_a_node_whose_guard_dies_fences_at_once(
         pid = started_child(client, child)
         guard = guard_pid(node)
         signal_at = datetime.now(UTC)
-        import os
-
         os.kill(guard, signal.SIGKILL)
         assert node.wait(30) == 3, node.log()[-3000:]
         assert "the guard process died" in node.log()

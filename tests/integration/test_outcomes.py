@@ -135,7 +135,8 @@ def test_an_abandoned_run_that_never_started_runs_its_slot_again(
     assert job.state is JobState.IDLE
     assert job.next_slot_at == fired[0].prepared.slot_at
     assert job.next_attempt == fired[0].prepared.attempt
-    assert job.next_fire_at is not None and job.next_fire_at <= client.now()
+    assert job.next_fire_at is not None
+    assert job.next_fire_at <= client.now()
 
 
 def test_a_job_that_cannot_be_planned_is_quarantined_not_fatal(
@@ -159,7 +160,8 @@ def test_a_job_that_cannot_be_planned_is_quarantined_not_fatal(
     poison = client.get_job("poison")
     assert poison.spec.paused
     assert poison.state is JobState.IDLE
-    assert poison.error is not None and "quarantined" in poison.error
+    assert poison.error is not None
+    assert "quarantined" in poison.error
     statuses = sorted(r.status.value for r in client.list_runs(job="poison").items)
     assert statuses == ["quarantined", "succeeded"]
     assert client.get_job("fine").state is JobState.IDLE
