@@ -570,9 +570,9 @@ class Node:
 
     def _after_fence(self) -> int:
         """Fenced: everything is stopped but the results. Outcomes are facts, so the
-        node still records them (until its session is expired; the run rows refuse
-        them after that), for at most ``session_timeout_s``; what is left then is in
-        the journal for the next node on this machine."""
+        node still records them, until a peer may expire its session (the run rows
+        refuse them after that); what is left then is in the journal, for the next
+        node on this machine (a restart, a rejoin) to record before it registers."""
         for service in self.services:
             if service is not self.results_service:
                 service.stop()
@@ -590,7 +590,8 @@ class Node:
                     error=f"never started: its node fenced ({self.fence_reason})",
                 ))
         self.prepared.clear()
-        deadline = time.monotonic() + self.config.session_timeout_s
+        expiry = self.config.session_timeout_s - (self.clock.monotonic() - self.last_beat_mono)
+        deadline = time.monotonic() + max(1.0, expiry)
         while time.monotonic() < deadline and self.stop_request.level < 2:
             pending = self.journal.pending if self.journal is not None else 0
             if pending == 0 and self.results.empty() and all(
@@ -775,7 +776,10 @@ class Node:
                 status=RunStatus.ABANDONED, exit_code=outcome.exit_code, output=outcome.output,
                 error=f"killed when its node fenced ({self.fence_reason}); recovery policy applies",
             )
-        finished = Finished(fired=execution.fired, outcome=outcome, ended_at=self.db_now(),
+        ended = self.db_now()  # our estimate of the database clock; the start was its reading
+        if execution.started_at is not None and ended < execution.started_at:
+            ended = execution.started_at
+        finished = Finished(fired=execution.fired, outcome=outcome, ended_at=ended,
                             started_at=execution.started_at)
         if self.journal is not None:
             self.journal.outcome(finished)

@@ -125,15 +125,15 @@ def test_a_node_frozen_past_fence_after_fences_on_waking_and_its_kill_is_no_fail
     db.close()
 
 
-@pytest.mark.parametrize("back", ["while_draining", "after_exit"])
+@pytest.mark.parametrize("restart", ["rejoin", "supervisor"])
 def test_outage_past_fence_after_never_reruns_a_finished_run(
-    db_url: str, client: SchedulerClient, tmp_path: Path, back: str
+    db_url: str, client: SchedulerClient, tmp_path: Path, restart: str
 ) -> None:
     """The database goes away 0.3 s after a burst's instant, for longer than
     fence_after (default settings): every node fences. Runs that finished meanwhile
-    are facts: recorded by the fenced node once the database is back (6 s outage), or
-    from its journal by the restarted node (the database is back only after the
-    fenced nodes gave up). Never run again. Before: most of the burst ran twice."""
+    are facts: kept in the journal and recorded by the node that rejoins, or by the
+    one its supervisor restarts, before it registers; never run again. Before: most
+    of the burst ran twice."""
     log = tmp_path / "spans.log"
     db = Db(db_url)
     proxy = TcpProxy(*target(db_url))
@@ -141,9 +141,10 @@ def test_outage_past_fence_after_never_reruns_a_finished_run(
     client.add_jobs([{"name": n, "schedule": "* * * * * ?", "callable": "tests.cluster.spans:span",
                       "kwargs": {"path": str(log)}, "misfire_grace_s": 30.0} for n in steady])
     options = {**DEFAULTS, "capacity": "200", "state-dir": str(tmp_path / "state")}
+    flags = ["--rejoin"] if restart == "rejoin" else []
     try:
         with nodes(proxied(db_url, proxy)) as start:
-            started = [start(f"n{i}", options=options) for i in range(2)]
+            started = [start(f"n{i}", options=options, flags=flags) for i in range(2)]
             wait_until(lambda: db.live_sessions() == 2, timeout=60)
             wait_until(lambda: len(executions_per_slot(log)) > 20, timeout=60)
             at = (db_now(db) + timedelta(seconds=4)).replace(microsecond=0)
@@ -155,16 +156,16 @@ def test_outage_past_fence_after_never_reruns_a_finished_run(
             wait_until(lambda: db_now(db) >= at + timedelta(seconds=0.3), timeout=30, interval=0.02)
             proxy.reject()
             cut = db_now(db)
-            if back == "while_draining":
-                wait_until(lambda: db_now(db) >= cut + timedelta(seconds=6), timeout=30, interval=0.05)
-                proxy.forward()
-            for node in started:
-                assert node.wait(60) == 3, node.log()[-3000:]
-            if back == "while_draining":
-                assert not list((tmp_path / "state").glob("*.jsonl")), "all recorded while draining"
+            if restart == "rejoin":
+                wait_until(lambda: all("FENCED" in n.log() for n in started), timeout=60)
+                wait_until(lambda: db_now(db) >= cut + timedelta(seconds=8), timeout=30)
+            else:
+                for node in started:
+                    assert node.wait(60) == 3, node.log()[-3000:]
             proxy.forward()
             up = db_now(db)
-            started = [start(f"again{i}", options=options) for i in range(2)]
+            if restart == "supervisor":
+                started = [start(f"again{i}", options=options) for i in range(2)]
             wait_until(
                 lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE job_name LIKE 'b-%' "
                                   "AND status <> 'running'") >= len(burst)
