@@ -1281,7 +1281,7 @@ class _Janitor(_NodeService):
             return self.FIRST_S
         if node.fenced.is_set() or node.stopping or not node.config.history_retention_s:
             return None
-        pruned = JobStore(node.db).prune_history(node.config.history_retention_s)
+        pruned = JobStore(node.db).prune_history(node.config.history_retention_s, stop=node.fenced)
         if pruned.runs or pruned.jobs:
             log.info(
                 "pruned history before %s: %d run(s), %d deleted job(s)",

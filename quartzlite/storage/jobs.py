@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,7 +24,7 @@ from sqlalchemy.sql.elements import TextClause
 
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
-from quartzlite.errors import Conflict, NotFound, SchemaError, ValidationError
+from quartzlite.errors import Conflict, NotFound, SchemaError, TransientStoreError, ValidationError
 from quartzlite.models import Job, JobSpec, Page, Pruned, Run, Session
 from quartzlite.storage import rows
 from quartzlite.storage.engine import Database, Tx
@@ -100,11 +101,14 @@ class JobStore:
     #: Rows deleted per statement: each DELETE holds its row locks for milliseconds.
     PRUNE_BATCH = 5000
 
-    def prune_history(self, older_than_s: float, *, batch: int = PRUNE_BATCH) -> Pruned:
+    def prune_history(
+        self, older_than_s: float, *, batch: int = PRUNE_BATCH, stop: threading.Event | None = None
+    ) -> Pruned:
         """Delete finished runs planned more than ``older_than_s`` ago (database clock),
         then deleted jobs that are idle, were deleted before the cut-off and have no runs
         left. Autocommitted batches in ``planned_at`` order (an index range, no sort):
-        an interrupted pass leaves only whole batches deleted, and the next goes on."""
+        an interrupted pass leaves only whole batches deleted, and the next goes on.
+        ``stop`` (a node's fence) ends the pass before its next batch."""
         with self.db.connect() as conn:
             before = db_now(conn) - timedelta(seconds=older_than_s)
         params = {"cutoff": rows.to_db(before), "batch": batch}
@@ -116,7 +120,9 @@ class JobStore:
 
             total = 0
             while True:
-                count = self.db.read(one_batch, name="prune_history")
+                if stop is not None and stop.is_set():
+                    raise TransientStoreError("prune_history stopped")
+                count = self.db.read(one_batch, name="prune_history", stop=stop)
                 total += count
                 if count < batch:
                     break
