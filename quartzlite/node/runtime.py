@@ -518,11 +518,16 @@ class Node:
             for service in (self.watcher, self.scanner, self.firer, self.starter,
                             self.compensator, self.expirer, self.janitor, self.killer):
                 service.stop()
-            executions = list(self.executing.values())
-            for execution in executions:
+            # Every run not yet judged is marked (one the guard just killed has ended
+            # already); only runs still going are killed: an ended run's group is gone,
+            # and its id may be someone else's by now.
+            executions = []
+            for execution in self.executing.values():
                 execution.fence_killed = True
-                if execution.context is None:
-                    execution.handle.kill(self.FENCE_KILL, force=True)
+                if not execution.done.is_set():
+                    executions.append(execution)
+                    if execution.context is None:
+                        execution.handle.kill(self.FENCE_KILL, force=True)
         if self.guard is not None:
             self.guard.send("kill")
         running = sum(1 for e in executions if e.submitted)
