@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 Q := $(VENV)/bin/quartzlite
 export QUARTZLITE_DATABASE_URL ?= mysql+pymysql://root@127.0.0.1:3306/quartzlite
 
-.PHONY: run test lint typecheck unit integration cluster db venv clean test-faults
+.PHONY: run test lint typecheck unit integration cluster db venv clean test-faults tools
 
 venv: $(VENV)/.installed
 
@@ -15,6 +15,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
+
+# Debian tools the fault tests and the soak use: faketime (one node's wall clock off),
+# stress-ng (a busy machine). Installed from the OS packages when missing.
+TOOLS := faketime stress-ng
+tools:
+	@missing=""; for t in $(TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 db: venv
 	@PY=$(PY) ./scripts/ensure-mysql.sh
@@ -34,7 +45,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-test: venv db lint typecheck
+test: venv db tools lint typecheck
 	$(PY) -m pytest -q -m "not real_restart"
 
 unit: venv
@@ -55,7 +66,7 @@ schema-sql: venv
 LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_job or real_mysql_restart"
 export QUARTZLITE_RESTART_DB_CMD ?= PY=$(CURDIR)/$(PY) $(CURDIR)/scripts/restart-mysql.sh
 
-test-faults: venv db
+test-faults: venv db tools
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)
 
 .PHONY: reliability-report

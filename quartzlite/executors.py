@@ -4,7 +4,10 @@ every path. They never touch the database.
 Shell commands run as ``bash -c`` in a new session (their own process group), so a
 timeout, a kill or a fence signals the whole tree: SIGTERM to the group, SIGKILL after
 the grace period. When the command ends, stragglers left in its group are killed too,
-so no child outlives its run.
+so no child outlives its run. bash is reaped only after its handle has let go of the
+group id, so a late kill can never signal a group id reused by another process. The
+command sees the node's environment without its ``QUARTZLITE_*`` settings (see
+:func:`job_environment`).
 
 Python callables (``package.module:function``) run on the calling worker thread with
 their JSON keyword arguments; :func:`current_run` tells them which run they are. A
@@ -68,6 +71,8 @@ class RunHandle:
         self._kill = threading.Event()
         self.reason: str | None = None
         self.force = False
+        #: The process group of the running command; None before it starts and once
+        #: its run has ended (the id may then belong to another process).
         self.pgid: int | None = None
         self._claimed = False
         #: Told (pgid, True) when a process group starts and (pgid, False) when it is gone.
@@ -78,10 +83,11 @@ class RunHandle:
             if self.reason is None:
                 self.reason = reason
             self.force = self.force or force
-            pgid = self.pgid
-        self._kill.set()
-        if force and pgid is not None:
-            _signal_group(pgid, signal.SIGKILL)
+            self._kill.set()  # before the signal: the runner reports the run killed
+            # Under the lock: the runner clears pgid (under it too) before it lets go of
+            # the group, so only a group this run still holds is signalled.
+            if force and self.pgid is not None:
+                _signal_group(self.pgid, signal.SIGKILL)
 
     @property
     def kill_requested(self) -> bool:
@@ -104,6 +110,25 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """True once ``proc`` has exited, without reaping it: while it is an unreaped zombie
+    its pid, which is its process group id, cannot be given to another process."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already
+        return True
+
+
+def job_environment(extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a shell job: this process's environment without any
+    ``QUARTZLITE_*`` variable (the node's own settings: the database URL and its password,
+    tokens), then ``extra`` (the run's ``QUARTZLITE_JOB``, ``QUARTZLITE_RUN_ID``, ...)."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("QUARTZLITE_")}
+    return {**inherited, **extra}
 
 
 class _Tail:
@@ -154,7 +179,7 @@ def run_shell(
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **env},
+            env=job_environment(env),
             close_fds=True,
         )
     except OSError as error:
@@ -168,6 +193,9 @@ def run_shell(
         _signal_group(proc.pid, signal.SIGKILL)
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
+    # poll, not select: a busy node has descriptors above select's FD_SETSIZE (1024).
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     started = time.monotonic()
     deadline = None if timeout_s is None else started + timeout_s
     terminated_at: float | None = None
@@ -188,22 +216,22 @@ def run_shell(
             if handle.force:
                 _signal_group(proc.pid, signal.SIGKILL)
             if open_pipe:
-                ready, _, _ = select.select([fd], [], [], 0.05)
-                if ready:
+                if poller.poll(50):
                     data = os.read(fd, 65536)
                     if data:
                         tail.add(data)
                         continue
                     open_pipe = False
-            if proc.poll() is not None:
+            if _exited(proc):
                 break
             if not open_pipe:
                 handle.wait_kill(0.05)
+        if why is None and handle.kill_requested:  # a forced kill that ended bash at once
+            why, reason = RunStatus.KILLED, handle.reason
         # bash is gone: kill what it left behind in its group, then drain the pipe.
         _signal_group(proc.pid, signal.SIGKILL)
         while open_pipe:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if not ready:
+            if not poller.poll(200):
                 break
             data = os.read(fd, 65536)
             if not data:
@@ -211,11 +239,14 @@ def run_shell(
             tail.add(data)
     finally:
         proc.stdout.close()
-        if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
+        # bash, not reaped yet, still holds the group id: kill the group (bash too, if
+        # an error got us here), let go of the id, and only then reap bash.
+        _signal_group(proc.pid, signal.SIGKILL)
+        with handle._lock:  # noqa: SLF001
+            handle.pgid = None
         if handle.on_group is not None:
             handle.on_group(proc.pid, False)
+        proc.wait()
     code = proc.returncode
     output = tail.text()
     if why is not None:

@@ -41,6 +41,7 @@ from quartzlite.enums import MisfirePolicy
 from quartzlite.errors import ValidationError
 
 __all__ = [
+    "MAX_EVERY",
     "MIN_EVERY",
     "FirePlan",
     "Schedule",
@@ -52,6 +53,8 @@ __all__ = [
 
 #: The shortest interval ``@every`` accepts.
 MIN_EVERY: Final = timedelta(milliseconds=100)
+#: The longest interval ``@every`` accepts (100 years).
+MAX_EVERY: Final = timedelta(days=36500)
 
 #: Expressions without a year field must fire at least once in this many years after
 #: :data:`_REFERENCE`; otherwise :func:`parse_schedule` rejects them as never firing.
@@ -78,6 +81,8 @@ _MONTH_NAMES: Final[Mapping[str, int]] = {
 }
 _DAY_NAMES: Final = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _LAST_DATE: Final = date(9998, 12, 1)
+#: Cron fire instants all lie before this (wall times stop before _LAST_DATE in any zone).
+_CRON_END: Final = datetime(9998, 12, 3, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _DAY_CACHE_SIZE: Final = 128  # per schedule: the days around the last calls
 
@@ -212,6 +217,14 @@ class _Timing:
     __slots__ = ()
 
     def next_after(self, after: datetime) -> datetime | None:
+        """The first fire instant strictly after ``after``; None when there is none, also
+        when it would lie beyond what a datetime holds (year 9999): never OverflowError."""
+        try:
+            return self._next_after(after)
+        except OverflowError:
+            return None
+
+    def _next_after(self, after: datetime) -> datetime | None:
         raise NotImplementedError
 
     def count(self, lo: datetime, hi: datetime) -> int:
@@ -222,7 +235,7 @@ class _Timing:
         """The last fire instant in ``(lo, hi]``, or None."""
         span = timedelta(seconds=1)
         while True:
-            start = max(lo, hi - span)
+            start = lo if span >= hi - lo else hi - span  # (hi - span may be before year 1)
             last: datetime | None = None
             current = self.next_after(start)
             while current is not None and current <= hi:
@@ -247,7 +260,7 @@ class _EveryTiming(_Timing):
     def __init__(self, period: timedelta) -> None:
         self._period = period
 
-    def next_after(self, after: datetime) -> datetime | None:
+    def _next_after(self, after: datetime) -> datetime | None:
         return after + self._period
 
     def count(self, lo: datetime, hi: datetime) -> int:
@@ -264,7 +277,7 @@ class _AtTiming(_Timing):
     def __init__(self, instant: datetime) -> None:
         self._instant = instant
 
-    def next_after(self, after: datetime) -> datetime | None:
+    def _next_after(self, after: datetime) -> datetime | None:
         return self._instant if self._instant > after else None
 
     def count(self, lo: datetime, hi: datetime) -> int:
@@ -484,7 +497,7 @@ class _CronTiming(_Timing):
 
     # -- instants ----------------------------------------------------------------------------
 
-    def next_after(self, after: datetime) -> datetime | None:
+    def _next_after(self, after: datetime) -> datetime | None:
         if self._utc:
             wall = self._next_wall(after.replace(tzinfo=None))
             return None if wall is None else wall.replace(tzinfo=UTC)
@@ -568,6 +581,7 @@ class _CronTiming(_Timing):
                 return best
 
     def count(self, lo: datetime, hi: datetime) -> int:
+        hi = min(hi, _CRON_END)  # nothing fires later; and no date arithmetic near year 9999
         if hi <= lo:
             return 0
         if self._utc:
@@ -916,11 +930,7 @@ class Schedule:
     def next_after(self, after: datetime) -> datetime | None:
         """The first fire instant strictly after ``after`` (aware, any timezone), as an aware
         UTC datetime; None when the schedule never fires again."""
-        moment = _as_utc(after, "after")
-        try:
-            return self._timing.next_after(moment)
-        except OverflowError:  # beyond year 9999
-            return None
+        return self._timing.next_after(_as_utc(after, "after"))  # None beyond year 9999
 
     def __reduce__(self) -> tuple[object, tuple[str, str]]:
         # Pickle / copy by re-parsing: the croniter object and the lock are not picklable.
@@ -930,9 +940,12 @@ class Schedule:
 def parse_schedule(expression: str, timezone: str = "UTC") -> Schedule:
     """Parse a schedule expression in an IANA timezone.
 
-    Raises ``ValidationError("schedule", reason)`` or ``ValidationError("timezone", reason)``.
-    An expression that can never fire is rejected; an ``@at`` in the past is accepted (its
-    :meth:`Schedule.next_after` is simply None). Schedules are immutable, so parsed ones
+    Raises ``ValidationError("schedule", reason)`` or ``ValidationError("timezone", reason)``
+    and nothing else for any string. An expression that can never fire is rejected, and so
+    is an ``@every`` interval longer than :data:`MAX_EVERY` or an ``@at`` instant a datetime
+    cannot hold; an ``@at`` in the past is accepted (its :meth:`Schedule.next_after` is
+    simply None). A schedule that parsed never raises later: an instant beyond year 9999
+    is "no further fire" (None). Schedules are immutable, so parsed ones
     are cached: thousands of jobs sharing an expression parse it once.
     """
     return _parse_cached(expression, timezone)
@@ -992,6 +1005,10 @@ def _parse_every(argument: str) -> timedelta:
         raise _schedule_error(
             f"the @every interval must be at least 100ms, got {_format_duration(period)}"
         )
+    if period > MAX_EVERY:
+        raise _schedule_error(
+            f"the @every interval must be at most 36500d (100 years), got {argument}"
+        )
     return period
 
 
@@ -1006,9 +1023,14 @@ def _parse_at(argument: str, zone: ZoneInfo) -> datetime:
             '"2026-05-01T09:30:00Z", "2026-05-01T09:30:00+02:00" or "2026-05-01T09:30" '
             "(read in the schedule's timezone)"
         ) from None
-    if instant.tzinfo is None:
-        return _wall_first_instant(instant, zone)
-    return instant.astimezone(UTC)
+    try:
+        if instant.tzinfo is None:
+            return _wall_first_instant(instant, zone)
+        return instant.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:00-05:00 is in year 10000 in UTC
+        raise _schedule_error(
+            f'the @at instant "{argument}" is out of range (it must lie within years 1-9999 UTC)'
+        ) from None
 
 
 # --------------------------------------------------------------------------------------
@@ -1028,7 +1050,10 @@ def preview(schedule: Schedule, start: datetime, count: int) -> list[datetime]:
         current = timing.next_after(current)
         if current is None:
             break
-        result.append(current.astimezone(zone))
+        try:
+            result.append(current.astimezone(zone))
+        except OverflowError:  # it is in year 10000 in that timezone: show it in UTC
+            result.append(current)
     return result
 
 

@@ -136,6 +136,10 @@ def test_job_add_with_an_invalid_schedule_exits_2(db_url: str) -> None:
     assert line.startswith("Error: schedule: ")
     assert "never fires" in line
     assert job_count(db_url) == 0
+    line = fails(db_url, "job", "add", "x", "--schedule", "@every 3000000d", "--command", "true",
+                 code=2)
+    assert line.startswith("Error: schedule: the @every interval must be at most 36500d")
+    assert job_count(db_url) == 0
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,8 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ("bad-cron-value", job(schedule="61 * * * *"), "schedule", "out of range"),
     ("bad-cron-fields", job(schedule="every day"), "schedule", "expected 5 (cron) or 6-7"),
     ("unknown-schedule-form", job(schedule="@sometimes"), "schedule", "unknown schedule form"),
+    # issue 10's poison job: its next instant passed year 9999 and stopped the node.
+    ("every-past-year-9999", job(schedule="@every 3000000d"), "schedule", "at most 36500d"),
     ("schedule-not-string", job(schedule=5), "schedule", "must be a string"),
     ("missing-schedule", job(schedule=None), "schedule", "is required"),
     ("unknown-timezone", job(timezone="Mars/Olympus_Mons"), "timezone", "unknown timezone"),

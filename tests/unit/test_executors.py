@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -9,8 +12,18 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from quartzlite.enums import RunStatus
-from quartzlite.executors import RunContext, RunHandle, _Tail, current_run, run_callable, run_shell
+from quartzlite.executors import (
+    RunContext,
+    RunHandle,
+    _Tail,
+    current_run,
+    job_environment,
+    run_callable,
+    run_shell,
+)
 from quartzlite.models import Outcome
 
 CONTEXT = RunContext(
@@ -77,6 +90,72 @@ def test_shell_kill_reports_the_reason_and_tells_the_group_registry() -> None:
     out = shell("sleep 60", handle=handle)
     assert (out.status, out.error) == (RunStatus.KILLED, "asked")
     assert [started for _, started in seen] == [True, False]
+
+
+def test_shell_works_with_descriptors_above_1023() -> None:
+    # A node running hundreds of jobs at once holds more than select()'s 1024 descriptors.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    held: list[int] = []
+    try:
+        base = os.open(os.devnull, os.O_RDONLY)
+        held.append(base)
+        while held[-1] < 1100:
+            held.append(os.dup(base))
+        out = shell("echo hi")
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (out.status, out.output) == (RunStatus.SUCCEEDED, "hi\n")
+
+
+def test_a_finished_run_lets_go_of_its_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = RunHandle()
+    assert shell("true", handle=handle).status is RunStatus.SUCCEEDED
+    assert handle.pgid is None
+    signalled: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: signalled.append((pgid, sig)))
+    handle.kill("fenced", force=True)  # e.g. a fence after the run ended
+    assert signalled == []
+
+
+def test_a_forced_kill_signals_the_running_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    signalled: list[tuple[int, int]] = []
+    real_killpg = os.killpg
+
+    def killpg(pgid: int, sig: int) -> None:
+        signalled.append((pgid, sig))
+        real_killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "killpg", killpg)
+    seen: list[int] = []
+    handle = RunHandle(on_group=lambda pgid, started: seen.append(pgid))
+    threading.Timer(0.2, handle.kill, args=("fenced",), kwargs={"force": True}).start()
+    out = shell("sleep 60", handle=handle)
+    assert out.status is RunStatus.KILLED
+    assert (seen[0], signal.SIGKILL) in signalled
+    assert handle.pgid is None
+
+
+def test_shell_jobs_do_not_see_the_node_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUARTZLITE_DATABASE_URL", "mysql+pymysql://u:secret@db/q")
+    monkeypatch.setenv("QUARTZLITE_API_TOKEN", "tok-secret")
+    monkeypatch.setenv("SOME_OTHER_VARIABLE", "kept")
+    out = run_shell("env", env={"QUARTZLITE_JOB": "report"}, timeout_s=None, kill_grace_s=1.0,
+                    output_limit=1_000_000, handle=RunHandle())
+    assert out.status is RunStatus.SUCCEEDED
+    lines = out.output.splitlines()
+    assert "QUARTZLITE_JOB=report" in lines
+    assert "SOME_OTHER_VARIABLE=kept" in lines
+    assert "secret" not in out.output
+    assert "QUARTZLITE_DATABASE_URL" not in out.output
+    assert job_environment({"QUARTZLITE_RUN_ID": "7"})["QUARTZLITE_RUN_ID"] == "7"
+    assert not any(k.startswith("QUARTZLITE_") for k in job_environment({}))
 
 
 def test_callable_success_error_and_context() -> None:

@@ -921,6 +921,9 @@ def test_preview_stops_when_schedule_ends() -> None:
         ("@every 0s", "UTC", "schedule", "at least 100ms"),
         ("@at", "UTC", "schedule", "needs an instant"),
         ("@at tomorrow", "UTC", "schedule", 'invalid @at instant "tomorrow"'),
+        ("@every 3000000d", "UTC", "schedule", "at most 36500d (100 years)"),
+        ("@every 36501d", "UTC", "schedule", "at most 36500d"),
+        ("@at 9999-12-31T23:00-05:00", "UTC", "schedule", "out of range"),
     ],
 )
 def test_validation_errors(expression: str, timezone: str, field: str, fragment: str) -> None:
@@ -968,6 +971,23 @@ def test_schedule_is_immutable_and_comparable() -> None:
 def test_far_future_returns_none() -> None:
     assert parse_schedule("0 0 * * *", BERLIN).next_after(utc(9999, 12, 31, 23)) is None
     assert parse_schedule("@every 1d").next_after(utc(9999, 12, 31, 23)) is None
+
+
+@pytest.mark.parametrize("expression", ["@every 36500d", "0 0 * * *", "0 0 0 L * ? *"])
+def test_planning_near_year_9999_never_raises(expression: str) -> None:
+    """The poison job of issue 10: the longest accepted interval planned from a late
+    instant ran past year 9999 and the OverflowError stopped the node. Planning now says
+    "no further fire" instead, for every policy, also when the node was down for years."""
+    schedule = parse_schedule(expression)
+    for after, now in [
+        (utc(9950, 1, 1), utc(9950, 1, 2)),
+        (utc(9998, 11, 28), utc(9999, 12, 31, 23)),
+        (utc(9999, 12, 30), utc(9999, 12, 31, 23)),
+    ]:
+        for policy in MisfirePolicy:
+            plan = plan_next(schedule, after=after, now=now, policy=policy, grace_s=0, max_missed=3)
+            assert plan.next_fire_at is None or plan.next_fire_at <= utc(9999, 12, 31, 23, 59)
+    assert len(preview(schedule, utc(9999, 12, 1), 5)) <= 5
 
 
 # ----------------------------------------------------------------------------------------
