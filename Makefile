@@ -46,7 +46,7 @@ typecheck: venv
 	$(VENV)/bin/mypy
 
 test: venv db tools lint typecheck
-	$(PY) -m pytest -q -m "not real_restart"
+	$(PY) -m pytest -q
 
 unit: venv
 	$(PY) -m pytest -q tests/unit
@@ -62,9 +62,7 @@ schema-sql: venv
 
 # The fault suite's long variants (more kills, more cut commits, more racing writes,
 # minutes-long jobs). Their quick variants run in `make test`.
-# The real MySQL restart runs here only (it restarts the shared server).
 LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_job or real_mysql_restart"
-export QUARTZLITE_RESTART_DB_CMD ?= PY=$(CURDIR)/$(PY) $(CURDIR)/scripts/restart-mysql.sh
 
 test-faults: venv db tools
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)

@@ -8,10 +8,11 @@ from quartzlite.executors import current_run
 
 
 def record(path: str) -> None:
-    """Append one line per execution: job, planned instant, attempt, node pid."""
+    """Append one line per execution: job, slot, attempt, node pid. Keyed by slot, not by
+    planned instant: a rerun of a slot is planned at a new instant but is the same slot."""
     run = current_run()
     assert run is not None
-    line = f"{run.job} {run.planned_at.isoformat()} {run.attempt} {os.getpid()}\n"
+    line = f"{run.job} {run.slot_at.isoformat()} {run.attempt} {os.getpid()}\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
