@@ -8,6 +8,9 @@ session of its own and reads a pipe from the node: ``beat SENT`` after every suc
 heartbeat, ``add PGID`` / ``del PGID`` as runs start and end. When no beat came for
 ``fence_after_s`` (the node is frozen or cut off) or the pipe closes (the node died), it
 SIGKILLs every registered process group, before any peer may expire the session.
+Python runs are threads of the node, which only the node's death ends: while any runs,
+the node sends ``hold PID`` (its own pid; ``release`` when none is left), and a missed
+deadline SIGKILLs the node process too.
 
 It answers on its stdout, which the node reads: ``ok`` for every beat (the node fences
 when its guard stops answering: a node without a live guard is not running) and
@@ -44,6 +47,7 @@ def _tell(out: int, line: str) -> None:
 
 def guard(fd: int, out: int, fence_after_s: float) -> int:
     groups: set[int] = set()
+    held: int | None = None  # the node's pid while Python runs execute in it
     last_beat = time.monotonic()
     buffer = b""
     poller = select.poll()  # not select(): descriptors may be above 1023
@@ -57,6 +61,12 @@ def guard(fd: int, out: int, fence_after_s: float) -> int:
                 _tell(out, f"killed {len(groups)}")
             _kill(groups)
             groups.clear()
+            if held is not None:
+                try:
+                    os.kill(held, signal.SIGKILL)  # its Python runs die with it
+                except (ProcessLookupError, PermissionError):
+                    pass
+                held = None
             last_beat = time.monotonic()
             continue
         if not poller.poll(min(left, 0.25) * 1000):
@@ -83,6 +93,10 @@ def guard(fd: int, out: int, fence_after_s: float) -> int:
                 groups.add(int(arg))
             elif word == "del" and arg.isdigit():
                 groups.discard(int(arg))
+            elif word == "hold" and arg.isdigit():
+                held = int(arg)
+            elif word == "release":
+                held = None
             elif word == "kill":
                 _kill(groups)
                 groups.clear()

@@ -252,6 +252,7 @@ class GuardLink:
         #: Monotonic instant of the oldest beat the guard has not answered yet.
         self._unanswered_since: float | None = None
         self.killed = 0
+        self._python_runs = 0
 
     def send(self, line: str) -> None:
         data = line.encode() + b"\n"
@@ -273,6 +274,19 @@ class GuardLink:
 
     def group(self, pgid: int, started: bool) -> None:
         self.send(f"{'add' if started else 'del'} {pgid}")
+
+    def python_run(self, started: bool) -> None:
+        """A Python run starts or ends. A thread cannot be killed, only its process: while
+        any runs, the guard holds this node's pid and SIGKILLs the node itself when it
+        misses its deadline, so that no Python run outlives the session into a rerun."""
+        with self._lock:
+            before = self._python_runs
+            self._python_runs += 1 if started else -1
+            after = self._python_runs
+        if before == 0 and after > 0:
+            self.send(f"hold {os.getpid()}")
+        elif before > 0 and after == 0:
+            self.send("release")
 
     def problem(self) -> str | None:
         """Why this node is no longer guarded, if it is not: the guard killed our
@@ -597,7 +611,15 @@ class Node:
         self.prepared.clear()
         expiry = self.config.session_timeout_s - (self.clock.monotonic() - self.last_beat_mono)
         deadline = time.monotonic() + max(1.0, expiry)
+        # Python runs end only with this process: it must be gone before a peer may
+        # expire the session (the database stamped our last beat before we saw it commit,
+        # so leave a beat's margin) and rerun them.
+        python_deadline = time.monotonic() + expiry - self.config.heartbeat_interval_s
         while time.monotonic() < deadline and self.stop_request.level < 2:
+            if time.monotonic() >= python_deadline and any(
+                e.context is not None and not e.done.is_set() for e in self.executing.values()
+            ):
+                break
             pending = self.journal.pending if self.journal is not None else 0
             if pending == 0 and self.results.empty() and all(
                 e.done.is_set() for e in self.executing.values()
@@ -750,10 +772,16 @@ class Node:
                 assert spec.callable is not None
                 assert execution.context is not None
                 self._mark_started(execution)
-                outcome = run_callable(
-                    spec.callable, spec.kwargs, context=execution.context,
-                    output_limit=self.config.output_limit_bytes,
-                )
+                if self.guard is not None:
+                    self.guard.python_run(True)
+                try:
+                    outcome = run_callable(
+                        spec.callable, spec.kwargs, context=execution.context,
+                        output_limit=self.config.output_limit_bytes,
+                    )
+                finally:
+                    if self.guard is not None:
+                        self.guard.python_run(False)
         except BaseException as error:  # noqa: BLE001 - exactly one result per run
             outcome = Outcome(status=RunStatus.FAILED, error=f"executor error: {error!r}")
         finally:

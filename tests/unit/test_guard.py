@@ -80,3 +80,24 @@ def test_guard_link_reports_a_guard_that_stops_answering() -> None:
     finally:
         os.kill(link.proc.pid, signal.SIGCONT)
         link.close()
+
+
+def test_guard_kills_the_held_node_process_on_a_missed_deadline_and_not_after_release() -> None:
+    """Python runs are threads: only the node's death ends them. While one runs, the
+    node is held, and a missed deadline kills the node process itself."""
+    held = subprocess.Popen(["sleep", "60"])
+    released = subprocess.Popen(["sleep", "60"])
+    guard = subprocess.Popen([sys.executable, "-m", "quartzlite.node.guard", "0.5"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert guard.stdin is not None
+        guard.stdin.write(f"hold {released.pid}\nrelease\nhold {held.pid}\n".encode())
+        guard.stdin.write(f"beat {time.monotonic()!r}\n".encode())
+        guard.stdin.flush()
+        assert read_line(guard, 10) == "ok"
+        assert held.wait(10) == -signal.SIGKILL
+        assert released.poll() is None
+    finally:
+        for proc in (held, released, guard):
+            proc.kill()
+            proc.wait()
