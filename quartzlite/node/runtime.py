@@ -332,11 +332,15 @@ class GuardLink:
                         stream.close()
                     except OSError:
                         pass
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
+        # Poll with an Event's wait rather than Popen.wait(timeout), which sleeps with
+        # clock_nanosleep: that fails (EINVAL) under libfaketime faking the wall clock.
+        pause = threading.Event()
+        deadline = time.monotonic() + 5
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            pause.wait(0.01)
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(5)
+            self.proc.wait()
 
 
 class Node:
@@ -492,6 +496,16 @@ class Node:
             self.on_started(self)
         try:
             return self._main_loop()
+        except Exception as error:  # noqa: BLE001 - a bug must not leave runs unjudged
+            # Whatever went wrong, runs must not be killed as failures on the way out:
+            # fence (every running run is judged abandoned), record what is known.
+            log.exception("the node's main loop failed", extra={"action": "node_error"})
+            self.fence(f"unexpected error in the node: {error!r}")
+            try:
+                self._after_fence()
+            except Exception:  # noqa: BLE001
+                log.exception("recording outcomes after the error failed")
+            return EXIT_ERROR
         finally:
             self.done.set()
             self._dispose()

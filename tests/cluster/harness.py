@@ -61,6 +61,7 @@ class NodeProcess:
             args += [f"--{key}", value]
         args += list(flags)
         self._log = self.log_path.open("wb")
+        self.started = time.monotonic()
         self.proc = subprocess.Popen(
             args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},

@@ -1,0 +1,219 @@
+"""The soak's checker: what the job bodies recorded (keyed by slot) against what the
+database says. Pure functions over plain data, so the rules are unit-tested on their own
+(tests/unit/test_soak_checker.py).
+
+Violations (each must be 0):
+- ``duplicates``: an execution of a slot that was not allowed. A slot may run again only
+  as a retry of a failed or timed-out attempt, or as the rerun of an ``abandoned`` run
+  whose execution truly did not finish (it was cut short, or its node was SIGKILLed
+  before it could record the outcome). The same run executed twice is a duplicate too.
+- ``overlaps``: an execution of a job started while another execution of that job was
+  still going (by the records file's order; a killed execution ends when the soak sees
+  its process gone).
+- ``unaccounted``: a due slot of a checked job with no run row at all.
+- ``false_starts``: a run row with ``started_at`` whose execution never started.
+- ``kills_as_failures``: a run recorded ``failed`` that its body did not fail (a guard's
+  or a fence's kill), or ``killed`` when no operator asked for it.
+- ``stuck``: a job held (prepared/executing) or a run ``running`` with no live owner at
+  the end, or a checked job that did not run again after the faults healed.
+- ``leftovers``: processes of runs or guards still alive after every node stopped.
+- ``silent``: a node alive, reachable and not frozen that kept no live session.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+#: Statuses after which the same slot may run again as a retry.
+RETRIED = frozenset({"failed", "timed_out"})
+VIOLATIONS = ("duplicates", "overlaps", "unaccounted", "false_starts", "kills_as_failures",
+              "stuck", "leftovers", "silent")
+
+
+@dataclass
+class Execution:
+    job: str
+    slot: str
+    attempt: int
+    run_id: int
+    pid: int
+    node_pid: int
+    start: int  # position in the records file
+    ended: bool = False  # the body wrote its "end"
+    closed: int | None = None  # position of its end or gone
+
+
+@dataclass
+class RunRow:
+    id: int
+    job: str
+    slot: str
+    attempt: int
+    status: str
+    started: bool
+    exit_code: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Result:
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(VIOLATIONS, 0))
+    details: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    info: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, detail: str) -> None:
+        self.counts[kind] += 1
+        if len(self.details[kind]) < 20:
+            self.details[kind].append(detail)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.counts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, **self.counts, "info": dict(self.info),
+                "details": {k: v for k, v in self.details.items() if v}}
+
+
+def slot_key(value: str | datetime) -> str:
+    """A slot as one canonical string (UTC, microseconds), whatever wrote it."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+def parse_records(lines: Iterable[str]) -> list[Execution]:
+    """Executions in the order they started, with how each ended."""
+    found: list[Execution] = []
+    by_run: dict[tuple[int, int], Execution] = {}
+    for position, line in enumerate(lines):
+        parts = line.split()
+        if not parts:
+            continue
+        kind = parts[0]
+        if kind == "start" and len(parts) == 7:
+            job, slot, attempt, run_id, pid, node_pid = parts[1:]
+            execution = Execution(job, slot_key(slot), int(attempt), int(run_id), int(pid),
+                                  int(node_pid), position)
+            found.append(execution)
+            by_run[(execution.run_id, execution.pid)] = execution
+        elif kind == "end" and len(parts) == 7:
+            ended = by_run.get((int(parts[4]), int(parts[5])))
+            if ended is not None and ended.closed is None:
+                ended.ended, ended.closed = True, position
+        elif kind == "gone" and len(parts) == 3:
+            gone = by_run.get((int(parts[1]), int(parts[2])))
+            if gone is not None and gone.closed is None:
+                gone.closed = position
+    return found
+
+
+def open_executions(lines: Iterable[str]) -> dict[tuple[int, int], int]:
+    """(run id, pid) -> pid of executions neither ended nor gone yet."""
+    return {(e.run_id, e.pid): e.pid for e in parse_records(lines) if e.closed is None}
+
+
+def check_executions(
+    result: Result, executions: list[Execution], runs: Mapping[int, RunRow],
+    sigkilled_nodes: set[int],
+) -> None:
+    """Duplicates, overlaps and false history from the records and the run rows."""
+    by_slot: dict[tuple[str, str], list[Execution]] = defaultdict(list)
+    seen_runs: set[int] = set()
+    for e in executions:
+        if e.run_id in seen_runs:
+            result.add("duplicates", f"run {e.run_id} ({e.job} {e.slot}) executed twice")
+        seen_runs.add(e.run_id)
+        by_slot[(e.job, e.slot)].append(e)
+    reruns = retries = 0
+    for (job, slot), items in by_slot.items():
+        for previous, current in zip(items, items[1:], strict=False):
+            if previous.run_id == current.run_id:
+                continue  # counted above
+            row = runs.get(previous.run_id)
+            status = row.status if row is not None else "no row"
+            if status in RETRIED:
+                retries += 1
+            elif status == "abandoned" and (
+                not previous.ended or previous.node_pid in sigkilled_nodes
+                # killed by its fence after the body's last line, before it exited:
+                # the node saw a run killed, its outcome unknown
+                or (row is not None and row.exit_code is not None and row.exit_code < 0)
+            ):
+                reruns += 1
+            else:
+                result.add("duplicates", (
+                    f"{job} slot {slot} executed again (run {current.run_id}) after run "
+                    f"{previous.run_id} {'finished' if previous.ended else 'ran'} and was "
+                    f"recorded {status} (exit {row.exit_code if row else None})"))
+    result.info["reruns_allowed"] = reruns
+    result.info["retries"] = retries
+    # Overlaps, in the records' order.
+    events: list[tuple[int, int, Execution]] = []
+    for e in executions:
+        events.append((e.start, 1, e))
+        if e.closed is not None:
+            events.append((e.closed, 0, e))
+    running: dict[str, set[int]] = defaultdict(set)
+    for _, kind, e in sorted(events, key=lambda item: (item[0], item[1])):
+        if kind == 1:
+            if running[e.job]:
+                result.add("overlaps", f"{e.job} run {e.run_id} started while run(s) "
+                                       f"{sorted(running[e.job])} still executed")
+            running[e.job].add(e.run_id)
+        else:
+            running[e.job].discard(e.run_id)
+    # False history: a recorded start that did not happen.
+    started = {e.run_id for e in executions}
+    unrecorded = 0
+    for row in runs.values():
+        if row.started and row.id not in started:
+            result.add("false_starts", f"run {row.id} ({row.job} {row.slot}) {row.status} "
+                                       "claims a start that never happened")
+        if row.id in started and not row.started and row.status != "running":
+            unrecorded += 1
+    result.info["starts_not_recorded"] = unrecorded  # e.g. abandoned by a peer: unknown
+    result.info["executions"] = len(executions)
+
+
+def check_outcomes(
+    result: Result, runs: Mapping[int, RunRow], *, fail_below: Mapping[str, int],
+    killable: set[str],
+) -> None:
+    """Failures the bodies did not cause; kills nobody asked for."""
+    for row in runs.values():
+        if row.status == "failed":
+            on_purpose = row.attempt <= fail_below.get(row.job, 0) and (
+                row.exit_code is None or row.exit_code >= 0)
+            if not on_purpose:
+                result.add("kills_as_failures", f"run {row.id} ({row.job} attempt "
+                           f"{row.attempt}) recorded failed: exit {row.exit_code} {row.error}")
+        elif row.status == "killed" and row.job not in killable:
+            result.add("kills_as_failures",
+                       f"run {row.id} ({row.job}) recorded killed: {row.error}")
+
+
+def check_accounted(
+    result: Result, runs: Mapping[int, RunRow], *, jobs: Iterable[str], start: datetime,
+    end: datetime,
+) -> None:
+    """Every whole second in [start, end) of each every-second job has a run row."""
+    recorded = {(row.job, row.slot) for row in runs.values()}
+    first = start.astimezone(UTC).replace(microsecond=0)
+    if first < start:
+        first += timedelta(seconds=1)
+    seconds = int((end - first).total_seconds())
+    expected = 0
+    for job in jobs:
+        for i in range(max(0, seconds)):
+            slot = slot_key(first + timedelta(seconds=i))
+            expected += 1
+            if (job, slot) not in recorded:
+                result.add("unaccounted", f"{job} slot {slot}: no run row")
+    result.info["slots_checked"] = expected
