@@ -67,6 +67,16 @@ LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_
 test-faults: venv db tools
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)
 
+.PHONY: soak
+# The soak (issue 10): 3 real nodes and a supervisor on a PRIVATE mariadbd, ~80 jobs plus
+# bursts, a seeded nemesis combining node/guard kills and freezes, partitions, database
+# restarts and kill -9, one node's wall clock off (faketime), racing API writes; then the
+# checker. SOAK_S seconds of faults (default 600); SOAK_SEED replays a run (printed).
+SOAK_S ?= 600
+SOAK_SEED ?=
+soak: venv db tools
+	SOAK_S=$(SOAK_S) SOAK_SEED=$(SOAK_SEED) $(PY) -m tests.soak --report $(CURDIR)/.soak.jsonl
+
 .PHONY: reliability-report
 # docs/reliability.md from a real run of the whole fault suite (long variants).
 reliability-report: venv db

@@ -2,12 +2,13 @@
 records file (O_APPEND, one write per line, so the file's order is the order the
 events happened in across every process):
 
-    start JOB SLOT ATTEMPT RUN_ID PID NODE_PID
-    end   JOB SLOT ATTEMPT RUN_ID PID NODE_PID
+    start JOB SLOT ATTEMPT RUN_ID PID NODE_PID T
+    end   JOB SLOT ATTEMPT RUN_ID PID NODE_PID T
 
 PID is the process that executes the body (the node itself for a Python callable, bash
-for a shell command); the soak appends ``gone RUN_ID PID`` when that process has died
-without an ``end`` (killed with its node or by a guard)."""
+for a shell command); T is the machine's uptime (/proc/uptime: the same clock in every
+process, even one whose clocks faketime fakes). The soak appends ``gone RUN_ID PID T``
+when that process has died without an ``end`` (killed with its node or by a guard)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ import shlex
 import threading
 
 from quartzlite.executors import current_run
+
+
+def uptime() -> float:
+    with open("/proc/uptime") as fh:
+        return float(fh.read().split()[0])
 
 
 def append(path: str, line: str) -> None:
@@ -33,12 +39,12 @@ def work(path: str, seconds: float = 0.0, fail_below: int = 0) -> None:
     assert run is not None
     pid = os.getpid()
     key = f"{run.job} {run.slot_at.isoformat()} {run.attempt} {run.run_id} {pid} {pid}"
-    append(path, f"start {key}")
+    append(path, f"start {key} {uptime()}")
     try:
         if seconds:
             threading.Event().wait(seconds)  # (time.sleep fails under libfaketime)
     finally:
-        append(path, f"end {key}")
+        append(path, f"end {key} {uptime()}")
     if run.attempt <= fail_below:
         raise RuntimeError(f"attempt {run.attempt} fails on purpose")
 
@@ -48,10 +54,11 @@ def shell_command(path: str, seconds: float = 0.0, fail_below: int = 0) -> str:
     target = shlex.quote(path)
     key = ('"$QUARTZLITE_JOB $QUARTZLITE_SLOT_AT $QUARTZLITE_ATTEMPT $QUARTZLITE_RUN_ID '
            '$$ $PPID"')
-    parts = [f"k={key}", f'echo "start $k" >> {target}']
+    now = "read -r u _ < /proc/uptime"  # a builtin: no process per record
+    parts = [f"k={key}", now, f'echo "start $k $u" >> {target}']
     if seconds:
         parts.append(f"sleep {seconds}")
-    parts.append(f'echo "end $k" >> {target}')
+    parts += [now, f'echo "end $k $u" >> {target}']
     if fail_below:
         parts.append(f'[ "$QUARTZLITE_ATTEMPT" -gt {fail_below} ]')
     return "; ".join(parts)

@@ -5,8 +5,10 @@ database says. Pure functions over plain data, so the rules are unit-tested on t
 Violations (each must be 0):
 - ``duplicates``: an execution of a slot that was not allowed. A slot may run again only
   as a retry of a failed or timed-out attempt, or as the rerun of an ``abandoned`` run
-  whose execution truly did not finish (it was cut short, or its node was SIGKILLed
-  before it could record the outcome). The same run executed twice is a duplicate too.
+  whose outcome was truly unknown: its execution was cut short, or it finished but its
+  node never had a chance to say so before its session expired (it was killed, frozen,
+  cut off, or the database was down, with no healthy stretch of ``HEALTHY_S`` between
+  the end of the body and the expiry). The same run executed twice is a duplicate too.
 - ``overlaps``: an execution of a job started while another execution of that job was
   still going (by the records file's order; a killed execution ends when the soak sees
   its process gone).
@@ -22,14 +24,17 @@ Violations (each must be 0):
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 #: Statuses after which the same slot may run again as a retry.
 RETRIED = frozenset({"failed", "timed_out"})
+#: A node that is alive, not frozen and reaches the database for this long records an
+#: outcome it knows (a few heartbeats and a retry's backoff).
+HEALTHY_S = 1.5
 VIOLATIONS = ("duplicates", "overlaps", "unaccounted", "false_starts", "kills_as_failures",
               "stuck", "leftovers", "silent")
 
@@ -43,7 +48,9 @@ class Execution:
     pid: int
     node_pid: int
     start: int  # position in the records file
+    t_start: float = 0.0  # uptime
     ended: bool = False  # the body wrote its "end"
+    t_end: float | None = None
     closed: int | None = None  # position of its end or gone
 
 
@@ -57,6 +64,36 @@ class RunRow:
     started: bool
     exit_code: int | None = None
     error: str | None = None
+    t_ended: float | None = None  # its ended_at, as uptime
+
+
+class Impairments:
+    """When each node could not record anything: intervals (uptime seconds) keyed by
+    node pid, by node place (a partition applies to whichever process is there) and
+    ``"db"`` (the database down, for everyone)."""
+
+    def __init__(self) -> None:
+        self.intervals: dict[Hashable, list[tuple[float, float]]] = defaultdict(list)
+        self.place: dict[int, int] = {}
+
+    def add(self, key: Hashable, start: float, end: float = float("inf")) -> None:
+        self.intervals[key].append((start, end))
+
+    def longest_healthy(self, pid: int, start: float, end: float) -> float:
+        """The longest stretch in [start, end] when node ``pid`` was not impaired."""
+        spans = sorted(self.intervals.get(pid, []) + self.intervals.get("db", [])
+                       + self.intervals.get(("place", self.place.get(pid)), []))
+        best, cursor = 0.0, start
+        for a, b in spans:
+            if b <= cursor:
+                continue
+            if a >= end:
+                break
+            best = max(best, min(a, end) - cursor)
+            cursor = max(cursor, b)
+            if cursor >= end:
+                return best
+        return max(best, end - cursor)
 
 
 @dataclass
@@ -97,31 +134,26 @@ def parse_records(lines: Iterable[str]) -> list[Execution]:
         if not parts:
             continue
         kind = parts[0]
-        if kind == "start" and len(parts) == 7:
-            job, slot, attempt, run_id, pid, node_pid = parts[1:]
+        if kind == "start" and len(parts) == 8:
+            job, slot, attempt, run_id, pid, node_pid, t = parts[1:]
             execution = Execution(job, slot_key(slot), int(attempt), int(run_id), int(pid),
-                                  int(node_pid), position)
+                                  int(node_pid), position, float(t))
             found.append(execution)
             by_run[(execution.run_id, execution.pid)] = execution
-        elif kind == "end" and len(parts) == 7:
+        elif kind == "end" and len(parts) == 8:
             ended = by_run.get((int(parts[4]), int(parts[5])))
             if ended is not None and ended.closed is None:
-                ended.ended, ended.closed = True, position
-        elif kind == "gone" and len(parts) == 3:
+                ended.ended, ended.closed, ended.t_end = True, position, float(parts[7])
+        elif kind == "gone" and len(parts) == 4:
             gone = by_run.get((int(parts[1]), int(parts[2])))
             if gone is not None and gone.closed is None:
                 gone.closed = position
     return found
 
 
-def open_executions(lines: Iterable[str]) -> dict[tuple[int, int], int]:
-    """(run id, pid) -> pid of executions neither ended nor gone yet."""
-    return {(e.run_id, e.pid): e.pid for e in parse_records(lines) if e.closed is None}
-
-
 def check_executions(
     result: Result, executions: list[Execution], runs: Mapping[int, RunRow],
-    sigkilled_nodes: set[int],
+    impairments: Impairments,
 ) -> None:
     """Duplicates, overlaps and false history from the records and the run rows."""
     by_slot: dict[tuple[str, str], list[Execution]] = defaultdict(list)
@@ -131,7 +163,7 @@ def check_executions(
             result.add("duplicates", f"run {e.run_id} ({e.job} {e.slot}) executed twice")
         seen_runs.add(e.run_id)
         by_slot[(e.job, e.slot)].append(e)
-    reruns = retries = 0
+    allowed: Counter[str] = Counter()
     for (job, slot), items in by_slot.items():
         for previous, current in zip(items, items[1:], strict=False):
             if previous.run_id == current.run_id:
@@ -139,21 +171,24 @@ def check_executions(
             row = runs.get(previous.run_id)
             status = row.status if row is not None else "no row"
             if status in RETRIED:
-                retries += 1
-            elif status == "abandoned" and (
-                not previous.ended or previous.node_pid in sigkilled_nodes
+                allowed["retries"] += 1
+            elif status == "abandoned" and row is not None and not previous.ended:
+                allowed["reruns_cut_short"] += 1
+            elif status == "abandoned" and row is not None and (row.exit_code or 0) < 0:
                 # killed by its fence after the body's last line, before it exited:
                 # the node saw a run killed, its outcome unknown
-                or (row is not None and row.exit_code is not None and row.exit_code < 0)
+                allowed["reruns_killed_before_exit"] += 1
+            elif status == "abandoned" and row is not None and _no_chance(
+                previous, row, impairments
             ):
-                reruns += 1
+                # finished, but its node had no chance to record it before expiry
+                allowed["reruns_node_silent_until_expiry"] += 1
             else:
                 result.add("duplicates", (
                     f"{job} slot {slot} executed again (run {current.run_id}) after run "
                     f"{previous.run_id} {'finished' if previous.ended else 'ran'} and was "
                     f"recorded {status} (exit {row.exit_code if row else None})"))
-    result.info["reruns_allowed"] = reruns
-    result.info["retries"] = retries
+    result.info.update(allowed)
     # Overlaps, in the records' order.
     events: list[tuple[int, int, Execution]] = []
     for e in executions:
@@ -180,6 +215,13 @@ def check_executions(
             unrecorded += 1
     result.info["starts_not_recorded"] = unrecorded  # e.g. abandoned by a peer: unknown
     result.info["executions"] = len(executions)
+
+
+def _no_chance(execution: Execution, row: RunRow, impairments: Impairments) -> bool:
+    if execution.t_end is None or row.t_ended is None:
+        return False
+    healthy = impairments.longest_healthy(execution.node_pid, execution.t_end, row.t_ended)
+    return healthy < HEALTHY_S
 
 
 def check_outcomes(

@@ -23,7 +23,7 @@ from tests.cluster.harness import FAST, Db, NodeProcess, pid_alive
 from tests.cluster.mariadb import private_database
 from tests.cluster.proxy import TcpProxy
 from tests.soak import checker
-from tests.soak.bodies import append, shell_command
+from tests.soak.bodies import append, shell_command, uptime
 
 HEARTBEAT = float(FAST["heartbeat-interval-s"])
 FENCE_AFTER = float(FAST["fence-after-s"])
@@ -88,6 +88,9 @@ class Soak:
         self.bursts: list[str] = []
         self.silent: list[str] = []
         self.pending_faults: list[threading.Thread] = []
+        #: When each node could not record outcomes (the checker's excuse for a rerun).
+        self.impairments = checker.Impairments()
+        self.wall_minus_uptime = time.time() - uptime()
 
     # -- timeline ----------------------------------------------------------------------
 
@@ -144,6 +147,7 @@ class Soak:
         options = {**NODE_OPTIONS, "state-dir": str(slot.state_dir)}
         slot.node = NodeProcess(url.render_as_string(hide_password=False), f"soak{slot.index}",
                                 options=options, flags=slot.flags, env=slot.env)
+        self.impairments.place[slot.node.pid] = slot.index
         self.note("node_started", node=slot.index, pid=slot.node.pid)
 
     def supervise(self) -> None:
@@ -155,6 +159,7 @@ class Soak:
                     continue
                 code = node.proc.poll()
                 if code is not None:
+                    self.impairments.add(node.pid, uptime())
                     slot.exits.append((node.pid, code))
                     self.note("node_exited", node=slot.index, pid=node.pid, code=code)
                     node.stop()
@@ -210,6 +215,7 @@ class Soak:
             return
         self._mark(slot)
         self.note("sigkill_node", node=slot.index, pid=node.pid)
+        self.impairments.add(node.pid, uptime())
         node.signal(signal.SIGKILL)
 
     def freeze_node(self, slot: Slot, pick: float) -> None:
@@ -220,9 +226,11 @@ class Soak:
         slot.frozen = True
         self._mark(slot)
         self.note("sigstop_node", node=slot.index, pid=node.pid, seconds=seconds)
+        began = uptime()
         node.signal(signal.SIGSTOP)
         time.sleep(seconds)
         node.signal(signal.SIGCONT)
+        self.impairments.add(node.pid, began, uptime())
         slot.frozen = False
         self._mark(slot)
 
@@ -256,9 +264,11 @@ class Soak:
         mode = "reject" if pick * 1000 % 2 < 1 else "blackhole"
         self._mark(slot)
         self.note(f"partition_{mode}", node=slot.index, seconds=seconds)
+        began = uptime()
         getattr(slot.proxy, mode)()
         time.sleep(seconds)
         slot.proxy.forward()
+        self.impairments.add(("place", slot.index), began, uptime() + 0.5)  # + reconnecting
         self._mark(slot)
 
     def _db_outage(self, how: str, pick: float) -> None:
@@ -269,6 +279,7 @@ class Soak:
         seconds = self._choose(OUTAGES, pick)
         self._mark(None)
         self.note(f"db_{how}", seconds=seconds)
+        began = uptime()
         try:
             if how == "kill9":
                 self.server.kill9()
@@ -277,6 +288,7 @@ class Soak:
             time.sleep(seconds)
         finally:
             self.server.start()
+            self.impairments.add("db", began, uptime() + 0.5)  # + reconnecting
             self._mark(None)
             with self.lock:
                 self.db_down = False
@@ -357,15 +369,15 @@ class Soak:
             lines, _, buffer = buffer.rpartition("\n")
             for line in lines.splitlines():
                 parts = line.split()
-                if parts and parts[0] == "start" and len(parts) == 7:
+                if parts and parts[0] == "start" and len(parts) == 8:
                     open_[(int(parts[4]), int(parts[5]))] = int(parts[5])
-                elif parts and parts[0] == "end" and len(parts) == 7:
+                elif parts and parts[0] == "end" and len(parts) == 8:
                     open_.pop((int(parts[4]), int(parts[5])), None)
                 elif parts and parts[0] == "gone":
                     open_.pop((int(parts[1]), int(parts[2])), None)
             for (run_id, pid) in list(open_):
                 if not pid_alive(pid):
-                    append(str(self.records), f"gone {run_id} {pid}")
+                    append(str(self.records), f"gone {run_id} {pid} {uptime()}")
             if self.done.is_set() and not open_:
                 return
             time.sleep(0.05)
@@ -482,9 +494,8 @@ class Soak:
             for pid in leftover or []:
                 result.add("leftovers", f"process {pid} outlived its run/node")
             # The checks.
-            runs = _runs(db)
-            sigkilled = {pid for s in self.slots for pid, code in s.exits if code == -9}
-            checker.check_executions(result, executions, runs, sigkilled)
+            runs = _runs(db, self.wall_minus_uptime)
+            checker.check_executions(result, executions, runs, self.impairments)
             checker.check_outcomes(result, runs, fail_below=self.fail_below,
                                    killable=self.killable)
             checker.check_accounted(result, runs, jobs=self.checked,
@@ -594,11 +605,14 @@ def _stuck(db: Db) -> list[str]:
     return lines
 
 
-def _runs(db: Db) -> dict[int, checker.RunRow]:
-    rows = db.rows("SELECT id, job_name, slot_at, attempt, status, started_at, exit_code, error "
-                   "FROM ql_runs")
+def _runs(db: Db, wall_minus_uptime: float) -> dict[int, checker.RunRow]:
+    rows = db.rows("SELECT id, job_name, slot_at, attempt, status, started_at, ended_at, "
+                   "exit_code, error FROM ql_runs")
     return {
-        r.id: checker.RunRow(r.id, r.job_name, checker.slot_key(r.slot_at), r.attempt,
-                             r.status, r.started_at is not None, r.exit_code, r.error)
+        r.id: checker.RunRow(
+            r.id, r.job_name, checker.slot_key(r.slot_at), r.attempt, r.status,
+            r.started_at is not None, r.exit_code, r.error,
+            None if r.ended_at is None
+            else r.ended_at.replace(tzinfo=UTC).timestamp() - wall_minus_uptime)
         for r in rows
     }
