@@ -78,12 +78,14 @@ soak: venv db tools
 	SOAK_S=$(SOAK_S) SOAK_SEED=$(SOAK_SEED) $(PY) -m tests.soak --report $(CURDIR)/.soak.jsonl
 
 .PHONY: reliability-report
-# docs/reliability.md from a real run of the whole fault suite (long variants).
+# docs/reliability.md from a real run of the whole fault suite (long variants), the
+# database-killed-mid-burst case and the soak runs collected in .soak.jsonl (make soak).
 reliability-report: venv db
 	rm -f .reliability.jsonl
 	QUARTZLITE_FAULTS_LONG=1 QUARTZLITE_FAULT_REPORT=$(CURDIR)/.reliability.jsonl \
-		$(PY) -m pytest -q tests/cluster/test_faults.py
-	$(PY) scripts/reliability_report.py .reliability.jsonl docs/reliability.md
+		$(PY) -m pytest -q tests/cluster/test_faults.py \
+		tests/cluster/test_fence_outcomes.py::test_database_killed_mid_burst_never_reruns_a_finished_run
+	$(PY) scripts/reliability_report.py .reliability.jsonl docs/reliability.md .soak.jsonl
 
 .PHONY: bench
 # The benchmark (not part of `make test`): the same workloads (burst, steady, failover,

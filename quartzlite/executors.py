@@ -4,7 +4,8 @@ every path. They never touch the database.
 Shell commands run as ``bash -c`` in a new session (their own process group), so a
 timeout, a kill or a fence signals the whole tree: SIGTERM to the group, SIGKILL after
 the grace period. When the command ends, stragglers left in its group are killed too,
-so no child outlives its run. bash is reaped only after its handle has let go of the
+so no child outlives its run. The command starts only once its process group is known
+to the node's guard (see :func:`_gated`). bash is reaped only after its handle has let go of the
 group id, so a late kill can never signal a group id reused by another process. The
 command sees the node's environment without its ``QUARTZLITE_*`` settings (see
 :func:`job_environment`).
@@ -123,6 +124,14 @@ def _exited(proc: subprocess.Popen[bytes]) -> bool:
         return True
 
 
+def _gated(command: str, fd: int) -> str:
+    """``command`` behind a gate: bash first reads a line from descriptor ``fd``, which the
+    node writes once the process group is registered with its guard. A node that dies
+    in between (SIGKILL right after the fork) closes the pipe, bash reads end-of-file and
+    exits: no command runs unguarded, orphaned, beside the rerun a peer will start."""
+    return f"read -r -u {fd} _ || exit 125\nexec {fd}<&-\n{command}"
+
+
 def job_environment(extra: Mapping[str, str]) -> dict[str, str]:
     """The environment of a shell job: this process's environment without any
     ``QUARTZLITE_*`` variable (the node's own settings: the database URL and its password,
@@ -172,25 +181,36 @@ def run_shell(
     handle: RunHandle,
 ) -> Outcome:
     tail = _Tail(output_limit)
+    go_read, go_write = os.pipe()
     try:
         proc = subprocess.Popen(  # noqa: S603 - running the user's command is the point
-            ["bash", "-c", command],
+            ["bash", "-c", _gated(command, go_read)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=job_environment(env),
             close_fds=True,
+            pass_fds=(go_read,),
         )
     except OSError as error:
+        os.close(go_write)
         return Outcome(status=RunStatus.FAILED, error=f"could not start bash: {error}")
+    finally:
+        os.close(go_read)
     with handle._lock:  # noqa: SLF001 - the handle and the runner share the group id
         handle.pgid = proc.pid
         force = handle.force
     if handle.on_group is not None:
-        handle.on_group(proc.pid, True)
+        handle.on_group(proc.pid, True)  # the guard knows the group before it runs
     if force:
         _signal_group(proc.pid, signal.SIGKILL)
+    else:
+        try:
+            os.write(go_write, b"go\n")
+        except OSError:
+            pass  # bash is gone already
+    os.close(go_write)
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     # poll, not select: a busy node has descriptors above select's FD_SETSIZE (1024).

@@ -617,6 +617,8 @@ class Node:
                 execution.done.wait(max(0.0, deadline - time.monotonic()))
         for execution in list(self.executing.values()):
             if not execution.submitted:
+                # Released by the start check perhaps, but never handed to a worker.
+                execution.started_at = None
                 execution.done.set()
                 self.finish(execution, Outcome(
                     status=RunStatus.ABANDONED,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 
 from quartzlite.client import SchedulerClient
 from tests.cluster.harness import Db, NodeProcess, nodes, pid_alive, wait_until
+from tests.cluster.invariants import FaultReport
+from tests.cluster.mariadb import private_database
 from tests.cluster.proxy import TcpProxy
 from tests.cluster.spans import executions_per_slot, finished_then_rerun
 from tests.cluster.test_faults import DEFAULTS, db_now, proxied, stop_all, target
@@ -184,3 +187,65 @@ def test_outage_past_fence_after_never_reruns_a_finished_run(
     assert stuck == 0
     no_false_history(db)
     db.close()
+
+
+def test_database_killed_mid_burst_never_reruns_a_finished_run(tmp_path: Path) -> None:
+    """Issue 10's probe, on a private mariadbd: 50 every-second jobs and a burst of 1,000
+    one-shot jobs on 2 nodes (default settings, --rejoin); the server is killed with
+    kill -9 0.3 s after the burst's instant and comes back once both nodes fenced and a
+    second more (past fence_after), then crashes twice more the same way. Before: 985 of
+    the burst ran twice."""
+    log = tmp_path / "spans.log"
+    steady = [f"s-{i:02d}" for i in range(50)]
+    burst = [f"b-{i:04d}" for i in range(1000)]
+    with private_database() as (server, url):
+        client = SchedulerClient(url)
+        db = Db(url)
+        client.add_jobs([{"name": n, "schedule": "* * * * * ?",
+                          "callable": "tests.cluster.spans:span",
+                          "kwargs": {"path": str(log)}, "misfire_grace_s": 30.0} for n in steady])
+        options = {**DEFAULTS, "state-dir": str(tmp_path / "state")}
+        with nodes(url) as start:
+            started = [start(f"n{i}", options=options, flags=["--rejoin"]) for i in range(2)]
+            wait_until(lambda: db.live_sessions() == 2, timeout=60)
+            wait_until(lambda: len(executions_per_slot(log)) > 100, timeout=60)
+            at = (db_now(db) + timedelta(seconds=5)).replace(microsecond=0)
+            client.add_jobs([{"name": n, "schedule": f"@at {at.isoformat()}",
+                              "callable": "tests.cluster.spans:span",
+                              "kwargs": {"path": str(log)}, "misfire_grace_s": 120.0}
+                             for n in burst])
+            wait_until(lambda: db_now(db) >= at + timedelta(seconds=0.3), timeout=30,
+                       interval=0.02)
+            for crash in range(3):
+                server.kill9()
+                wait_until(lambda c=crash: all(n.log().count("FENCED") > c for n in started),
+                           timeout=60, message="every node fenced")
+                time.sleep(1)  # the fault itself: down for fence_after + 1 s in all
+                server.start()
+                up = db_now(db).replace(tzinfo=None)
+                wait_until(
+                    lambda u=up: db.scalar(
+                        "SELECT COUNT(DISTINCT job_name) FROM ql_runs WHERE status='succeeded' "
+                        "AND job_name LIKE 's-%' AND slot_at > :u", u=u) == len(steady),
+                    timeout=120, message="the steady jobs run again")
+            wait_until(
+                lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE job_name LIKE 'b-%' "
+                                  "AND status <> 'running'") >= len(burst),
+                timeout=120, message="the burst is accounted")
+            assert all(n.proc.poll() is None for n in started), "the nodes rejoined"
+            stop_all(started)
+        twice = finished_then_rerun(log)
+        counts = executions_per_slot(log)
+        report = FaultReport(
+            fault="database kill -9 0.3 s into a 1,000-job burst, 3 crashes past fence_after",
+            slots_expected=len(burst),
+            slots_ran=sum(1 for n in burst if counts.get((n, at.isoformat()))),
+            duplicates=len(twice),
+            notes="2 nodes (--rejoin), default settings, 50 every-second jobs; duplicates = "
+                  "executions of a run that had finished")
+        report.publish()
+        assert twice == [], f"{len(twice)} finished run(s) executed again: {twice[:10]}"
+        assert report.slots_ran == len(burst), "every burst job ran"
+        no_false_history(db)
+        db.close()
+        client.close()

@@ -65,6 +65,7 @@ class RunRow:
     exit_code: int | None = None
     error: str | None = None
     t_ended: float | None = None  # its ended_at, as uptime
+    session: str | None = None  # the session that fired it
 
 
 class Impairments:
@@ -75,6 +76,9 @@ class Impairments:
     def __init__(self) -> None:
         self.intervals: dict[Hashable, list[tuple[float, float]]] = defaultdict(list)
         self.place: dict[int, int] = {}
+        #: session id -> the last heartbeat seen + session_timeout (uptime): after it, a
+        #: peer may expire the session, and the node need not record anything more.
+        self.expiry: dict[str, float] = {}
 
     def add(self, key: Hashable, start: float, end: float = float("inf")) -> None:
         self.intervals[key].append((start, end))
@@ -207,20 +211,26 @@ def check_executions(
     # False history: a recorded start that did not happen.
     started = {e.run_id for e in executions}
     unrecorded = 0
+    killed_at_start = 0
     for row in runs.values():
         if row.started and row.id not in started:
+            if row.status == "abandoned" and row.exit_code is not None:
+                killed_at_start += 1  # its process started; killed before the body's 1st line
+                continue
             result.add("false_starts", f"run {row.id} ({row.job} {row.slot}) {row.status} "
                                        "claims a start that never happened")
         if row.id in started and not row.started and row.status != "running":
             unrecorded += 1
     result.info["starts_not_recorded"] = unrecorded  # e.g. abandoned by a peer: unknown
+    result.info["killed_before_first_line"] = killed_at_start
     result.info["executions"] = len(executions)
 
 
 def _no_chance(execution: Execution, row: RunRow, impairments: Impairments) -> bool:
     if execution.t_end is None or row.t_ended is None:
         return False
-    healthy = impairments.longest_healthy(execution.node_pid, execution.t_end, row.t_ended)
+    until = min(row.t_ended, impairments.expiry.get(row.session or "", row.t_ended))
+    healthy = impairments.longest_healthy(execution.node_pid, execution.t_end, until)
     return healthy < HEALTHY_S
 
 

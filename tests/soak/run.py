@@ -387,16 +387,20 @@ class Soak:
         must hold a live session; otherwise it is silent (hung without exiting)."""
         patience = 3 * SESSION_TIMEOUT + 15
         reported: set[int] = set()
-        while not self.done.wait(1.0):
+        while not self.done.wait(0.2):
             if self.db_down:
                 continue
             try:
                 now = db_now(db)
-                live = {r.pid for r in db.rows(
-                    "SELECT pid FROM ql_sessions WHERE heartbeat_at >= :t",
-                    t=(now - timedelta(seconds=SESSION_TIMEOUT)).replace(tzinfo=None))}
+                sessions = db.rows("SELECT id, pid, heartbeat_at FROM ql_sessions")
             except Exception:  # noqa: BLE001 - the database is going down
                 continue
+            for r in sessions:  # when a peer may expire each session (the checker's)
+                beat = r.heartbeat_at.replace(tzinfo=UTC).timestamp() - self.wall_minus_uptime
+                self.impairments.expiry[r.id] = max(
+                    self.impairments.expiry.get(r.id, 0.0), beat + SESSION_TIMEOUT)
+            cutoff = now - timedelta(seconds=SESSION_TIMEOUT)
+            live = {r.pid for r in sessions if r.heartbeat_at.replace(tzinfo=UTC) >= cutoff}
             for slot in self.slots:
                 node = slot.node
                 if node is None or slot.frozen or node.proc.poll() is not None:
@@ -607,12 +611,13 @@ def _stuck(db: Db) -> list[str]:
 
 def _runs(db: Db, wall_minus_uptime: float) -> dict[int, checker.RunRow]:
     rows = db.rows("SELECT id, job_name, slot_at, attempt, status, started_at, ended_at, "
-                   "exit_code, error FROM ql_runs")
+                   "exit_code, error, session_id FROM ql_runs")
     return {
         r.id: checker.RunRow(
             r.id, r.job_name, checker.slot_key(r.slot_at), r.attempt, r.status,
             r.started_at is not None, r.exit_code, r.error,
             None if r.ended_at is None
-            else r.ended_at.replace(tzinfo=UTC).timestamp() - wall_minus_uptime)
+            else r.ended_at.replace(tzinfo=UTC).timestamp() - wall_minus_uptime,
+            r.session_id)
         for r in rows
     }

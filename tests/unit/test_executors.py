@@ -192,3 +192,43 @@ def test_guard_kills_registered_groups_when_the_node_goes_away() -> None:
     guard.stdin.close()  # the node died
     assert guard.wait(10) == 0
     assert child.wait(10) == -9
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def test_a_command_waits_until_its_group_is_registered(tmp_path: Path) -> None:
+    """bash runs nothing before the node has told its guard about the process group: a
+    node killed in between leaves no orphan running the job unguarded (the soak found
+    such orphans, $PPID 1, overlapping with the peer's rerun)."""
+    marker = tmp_path / "ran"
+    seen: dict[str, object] = {}
+
+    def on_group(pgid: int, started: bool) -> None:
+        if not started:
+            return
+        deadline = time.monotonic() + 10
+        while _state(pgid) not in ("S", "Z", "gone") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen["state"] = _state(pgid)
+        seen["ran_before_registration"] = marker.exists()
+
+    out = run_shell(f"echo yes > {marker}", env={}, timeout_s=None, kill_grace_s=1.0,
+                    output_limit=1000, handle=RunHandle(on_group=on_group))
+    assert out.status is RunStatus.SUCCEEDED, out
+    assert seen == {"state": "S", "ran_before_registration": False}
+    assert marker.read_text() == "yes\n"
+
+
+def test_a_command_killed_before_its_go_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    handle = RunHandle()
+    handle.on_group = lambda pgid, started: started and handle.kill("fenced", force=True)
+    out = run_shell(f"echo yes > {marker}", env={}, timeout_s=None, kill_grace_s=1.0,
+                    output_limit=1000, handle=handle)
+    assert out.status is RunStatus.KILLED
+    assert not marker.exists()

@@ -120,3 +120,16 @@ def test_longest_healthy() -> None:
     assert imp.longest_healthy(1, 2.1, 5.5) == 0.5
     imp.add(1, 5.2)  # dead from 5.2 on
     assert abs(imp.longest_healthy(1, 2.1, 9.0) - 0.2) < 1e-9
+
+
+def test_no_excuse_is_needed_past_the_sessions_expiry() -> None:
+    """A node need not record after its session became expirable: the healthy stretch
+    counts only up to its last heartbeat + session_timeout."""
+    impairments = Impairments()
+    impairments.add("db", 2.2, 5.0)  # back at 5.0; the peer expired the session at 7.0
+    rows = [RunRow(1, "j", KEY, 1, "abandoned", True, None, None, 7.0, "s1"),
+            row(2, "running", attempt=2)]
+    lines = [start(1, 10, 1.0), end(1, 10, 2.0), start(2, 20, 8.0, attempt=2)]
+    assert check(lines, rows, impairments).counts["duplicates"] == 1
+    impairments.expiry["s1"] = 5.5  # last beat at 1.5 + 4 s: only 0.5 s to record
+    assert check(lines, rows, impairments).ok
