@@ -67,6 +67,12 @@ LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_
 test-faults: venv db tools
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)
 
+.PHONY: stress-test
+# make test + make test-faults ROUNDS times in a row with every core kept busy by stress-ng.
+ROUNDS ?= 5
+stress-test: venv db tools
+	./scripts/under-stress.sh $(ROUNDS)
+
 .PHONY: soak
 # The soak (issue 10): 3 real nodes and a supervisor on a PRIVATE mariadbd, ~80 jobs plus
 # bursts, a seeded nemesis combining node/guard kills and freezes, partitions, database

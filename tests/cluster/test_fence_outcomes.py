@@ -20,28 +20,15 @@ from tests.cluster.mariadb import private_database
 from tests.cluster.proxy import TcpProxy
 from tests.cluster.spans import executions_per_slot, finished_then_rerun
 from tests.cluster.test_faults import DEFAULTS, db_now, proxied, stop_all, target
+from tests.soak.run import guards_of
 
 pytestmark = pytest.mark.cluster
 
 
 def guard_pid(node: NodeProcess) -> int:
     """The node's guard process (its child running quartzlite.node.guard)."""
-
-    def find() -> int | None:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == node.pid and b"quartzlite.node.guard" in cmdline:
-                return int(entry.name)
-        return None
-
-    return wait_until(find, timeout=30, message="the node's guard process")
+    found = wait_until(lambda: guards_of(node.pid), timeout=30, message="the node's guard process")
+    return found[0]
 
 
 def sleeper(client: SchedulerClient, tmp_path: Path, tag: str, **extra: object) -> Path:

@@ -6,12 +6,14 @@ Violations (each must be 0):
 - ``duplicates``: an execution of a slot that was not allowed. A slot may run again only
   as a retry of a failed or timed-out attempt, or as the rerun of an ``abandoned`` run
   whose outcome was truly unknown: its execution was cut short, or it finished but its
-  node never had a chance to say so before its session expired (it was killed, frozen,
-  cut off, or the database was down, with no healthy stretch of ``HEALTHY_S`` between
-  the end of the body and the expiry). The same run executed twice is a duplicate too.
+  node could not say so before its session expired (it was killed, frozen, cut off, or
+  the database was down, at some moment in the last ``HEALTHY_S`` before the expiry;
+  earlier, a peer cut off inside a transaction may hold the locks every write needs).
+  A node that was healthy for the last ``HEALTHY_S`` before its expiry had its chance:
+  a rerun of what it finished is a duplicate. The same run executed twice is one too.
 - ``overlaps``: an execution of a job started while another execution of that job was
-  still going (by the records file's order; a killed execution ends when the soak sees
-  its process gone).
+  still going (by uptime; a killed execution ends when its node recorded its end, or
+  when the soak saw its process gone, whichever came first).
 - ``unaccounted``: a due slot of a checked job with no run row at all.
 - ``false_starts``: a run row with ``started_at`` whose execution never started.
 - ``kills_as_failures``: a run recorded ``failed`` that its body did not fail (a guard's
@@ -50,7 +52,7 @@ class Execution:
     start: int  # position in the records file
     t_start: float = 0.0  # uptime
     ended: bool = False  # the body wrote its "end"
-    t_end: float | None = None
+    t_end: float | None = None  # uptime of its end (or of when it was seen gone)
     closed: int | None = None  # position of its end or gone
 
 
@@ -82,6 +84,16 @@ class Impairments:
 
     def add(self, key: Hashable, start: float, end: float = float("inf")) -> None:
         self.intervals[key].append((start, end))
+
+    def healthy_tail(self, pid: int, start: float, end: float) -> float:
+        """How long node ``pid`` had been healthy at ``end`` (counted from ``start``)."""
+        spans = (self.intervals.get(pid, []) + self.intervals.get("db", [])
+                 + self.intervals.get(("place", self.place.get(pid)), []))
+        since = start
+        for a, b in spans:
+            if a < end and b > since:
+                since = max(since, min(b, end))
+        return end - since
 
     def longest_healthy(self, pid: int, start: float, end: float) -> float:
         """The longest stretch in [start, end] when node ``pid`` was not impaired."""
@@ -151,7 +163,7 @@ def parse_records(lines: Iterable[str]) -> list[Execution]:
         elif kind == "gone" and len(parts) == 4:
             gone = by_run.get((int(parts[1]), int(parts[2])))
             if gone is not None and gone.closed is None:
-                gone.closed = position
+                gone.closed, gone.t_end = position, float(parts[3])
     return found
 
 
@@ -193,12 +205,13 @@ def check_executions(
                     f"{previous.run_id} {'finished' if previous.ended else 'ran'} and was "
                     f"recorded {status} (exit {row.exit_code if row else None})"))
     result.info.update(allowed)
-    # Overlaps, in the records' order.
-    events: list[tuple[int, int, Execution]] = []
+    # Overlaps, by time (/proc/uptime has 10 ms steps: closer than that is not an overlap).
+    events: list[tuple[float, int, Execution]] = []
     for e in executions:
-        events.append((e.start, 1, e))
-        if e.closed is not None:
-            events.append((e.closed, 0, e))
+        events.append((e.t_start, 1, e))
+        close = _closed_at(e, runs.get(e.run_id))
+        if close is not None:
+            events.append((close - 0.011, 0, e))
     running: dict[str, set[int]] = defaultdict(set)
     for _, kind, e in sorted(events, key=lambda item: (item[0], item[1])):
         if kind == 1:
@@ -226,12 +239,23 @@ def check_executions(
     result.info["executions"] = len(executions)
 
 
+def _closed_at(execution: Execution, row: RunRow | None) -> float | None:
+    """When an execution ended: its body's end; for one killed, the earlier of when the
+    soak saw its process gone and when its node recorded its end (that node saw it exit:
+    the run has an exit code)."""
+    if execution.ended:
+        return execution.t_end
+    candidates = [t for t in (execution.t_end,) if t is not None]
+    if row is not None and row.exit_code is not None and row.t_ended is not None:
+        candidates.append(row.t_ended)
+    return min(candidates) if candidates else None
+
+
 def _no_chance(execution: Execution, row: RunRow, impairments: Impairments) -> bool:
     if execution.t_end is None or row.t_ended is None:
         return False
     until = min(row.t_ended, impairments.expiry.get(row.session or "", row.t_ended))
-    healthy = impairments.longest_healthy(execution.node_pid, execution.t_end, until)
-    return healthy < HEALTHY_S
+    return impairments.healthy_tail(execution.node_pid, execution.t_end, until) < HEALTHY_S
 
 
 def check_outcomes(

@@ -68,7 +68,7 @@ def test_a_node_healthy_long_enough_to_record_gets_no_excuse() -> None:
     result = check([start(1, 10, 1.0), end(1, 10, 2.0), start(2, 20, 8.0, attempt=2)],
                    [row(1, "abandoned", ended=6.0), row(2, "running", attempt=2)], impairments)
     assert result.counts["duplicates"] == 1
-    impairments.add(("place", 0), 3.9, 6.0)  # ...but it was partitioned in the rest
+    impairments.add(("place", 0), 5.0, 6.0)  # ...but it was cut off at the end
     impairments.place[10] = 0
     result = check([start(1, 10, 1.0), end(1, 10, 2.0), start(2, 20, 8.0, attempt=2)],
                    [row(1, "abandoned", ended=6.0), row(2, "running", attempt=2)], impairments)
@@ -86,6 +86,13 @@ def test_a_gone_execution_ends_its_overlap_window() -> None:
     result = check([start(1, 10, 1.0), "gone 1 10 2.0", start(2, 20, 5.0, attempt=2)],
                    [row(1, "abandoned"), row(2, "succeeded", attempt=2)])
     assert result.counts["overlaps"] == 0
+    # Seen gone late (a loaded machine), but its node recorded it killed before the next.
+    result = check([start(1, 10, 1.0), start(2, 10, 5.0, attempt=2), "gone 1 10 5.1"],
+                   [row(1, "killed", exit_code=-15, ended=4.0), row(2, "succeeded", attempt=2)])
+    assert result.counts["overlaps"] == 0
+    result = check([start(1, 10, 1.0), start(2, 10, 5.0, attempt=2), "gone 1 10 5.1"],
+                   [row(1, "abandoned", ended=6.0), row(2, "succeeded", attempt=2)])
+    assert result.counts["overlaps"] == 1
 
 
 def test_false_starts() -> None:
@@ -110,6 +117,14 @@ def test_unaccounted_slots() -> None:
                             end=datetime(2026, 1, 1, 0, 0, 4, tzinfo=UTC))
     assert result.info["slots_checked"] == 4
     assert result.counts["unaccounted"] == 2  # 00:00:00 and 00:00:03
+
+
+def test_healthy_tail() -> None:
+    imp = Impairments()
+    imp.add(1, 2.0, 3.0)
+    assert imp.healthy_tail(1, 0.0, 6.0) == 3.0
+    assert imp.healthy_tail(1, 0.0, 2.5) == 0.0
+    assert imp.healthy_tail(1, 4.0, 6.0) == 2.0
 
 
 def test_longest_healthy() -> None:
