@@ -211,7 +211,7 @@ def check_executions(
         events.append((e.t_start, 1, e))
         close = _closed_at(e, runs.get(e.run_id))
         if close is not None:
-            events.append((close - 0.011, 0, e))
+            events.append((max(close - 0.011, e.t_start + 1e-6), 0, e))
     running: dict[str, set[int]] = defaultdict(set)
     for _, kind, e in sorted(events, key=lambda item: (item[0], item[1])):
         if kind == 1:

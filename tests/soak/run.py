@@ -491,9 +491,9 @@ class Soak:
                 t.join(30)
             # Leftovers: any run process or guard still alive shortly after.
             executions = checker.parse_records(self.records.read_text().splitlines())
-            pids = {e.pid for e in executions if e.pid != e.node_pid}
+            ours = {(e.job, str(e.run_id)) for e in executions}
             guards = set().union(*(s.guards for s in self.slots))
-            leftover = wait_for(lambda: [p for p in pids | guards if pid_alive(p)] or None,
+            leftover = wait_for(lambda: _leftovers(ours, guards) or None,
                                 15, "", fail=False, until_falsy=True)
             for pid in leftover or []:
                 result.add("leftovers", f"process {pid} outlived its run/node")
@@ -535,6 +535,26 @@ class Soak:
                 slot.proxy.close()
             client.close()
             db.close()
+
+
+def _leftovers(runs: set[tuple[str, str]], guards: set[int]) -> list[int]:
+    """Live processes of this soak's runs (a job's environment names its run: pids are
+    reused over a long soak, so a pid alone proves nothing) and of its guards."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or not pid_alive(int(entry)):
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        env = dict(item.decode(errors="replace").partition("=")[::2] for item in environ)
+        if (env.get("QUARTZLITE_JOB"), env.get("QUARTZLITE_RUN_ID")) in runs or (
+            int(entry) in guards and b"quartzlite.node.guard" in cmdline
+        ):
+            found.append(int(entry))
+    return found
 
 
 def guards_of(pid: int) -> list[int]:

@@ -82,6 +82,13 @@ def test_the_same_run_executed_twice_and_overlaps() -> None:
     assert result.counts["overlaps"] == 2  # run 1 twice at once, then run 2 beside it
 
 
+def test_instant_bodies_one_after_another_do_not_overlap() -> None:
+    result = check([start(1, 10, 1.0), end(1, 10, 1.0), start(2, 10, 2.0, attempt=2),
+                    end(2, 10, 2.0, attempt=2)],
+                   [row(1, "failed", exit_code=1), row(2, "succeeded", attempt=2)])
+    assert result.counts["overlaps"] == 0
+
+
 def test_a_gone_execution_ends_its_overlap_window() -> None:
     result = check([start(1, 10, 1.0), "gone 1 10 2.0", start(2, 20, 5.0, attempt=2)],
                    [row(1, "abandoned"), row(2, "succeeded", attempt=2)])
