@@ -23,7 +23,7 @@ from typing import Any
 from bench import aps, ql, report, util
 from bench.util import QUICK, Server, log
 
-WORKLOADS = ("burst", "steady", "failover", "idle", "cost")
+WORKLOADS = ("burst", "steady", "shell", "failover", "idle", "cost")
 
 #: Sizes and durations: (full, quick).
 PLAN = {
@@ -32,6 +32,8 @@ PLAN = {
     "steady_jobs": (200, 200),
     "steady_s": (30, 10),
     "steady_capacity": (1000, 1000),
+    "shell_jobs": (200, 200),
+    "shell_s": (30, 10),
     "failover_jobs": (100, 100),
     "failover_kill_at": (10, 8),
     "failover_s": (40, 25),
@@ -80,23 +82,44 @@ def _summary(result: dict[str, Any]) -> str:
 
 
 def burst(server: Server) -> dict[str, Any]:
+    """Each quartzlite setup twice: with the defaults a user gets (``_defaults``), and
+    tuned (capacity raised)."""
     jobs, capacity = plan("burst_jobs"), plan("burst_capacity")
-    return {
-        "quartzlite_1": attempt("burst quartzlite 1 node", lambda: ql.burst(server, 1, jobs, capacity)),
-        "quartzlite_2": attempt("burst quartzlite 2 nodes", lambda: ql.burst(server, 2, jobs, capacity)),
-        "apscheduler": attempt("burst APScheduler", lambda: aps.burst(server, jobs)),
-    }
+    found: dict[str, Any] = {}
+    for nodes in (1, 2):
+        label = f"burst quartzlite {nodes} node{'s' if nodes > 1 else ''}"
+        found[f"quartzlite_{nodes}_defaults"] = attempt(
+            f"{label}, defaults", lambda nodes=nodes: ql.burst(server, nodes, jobs, None))
+        found[f"quartzlite_{nodes}"] = attempt(
+            f"{label}, capacity {capacity}", lambda nodes=nodes: ql.burst(server, nodes, jobs, capacity))
+    found["apscheduler"] = attempt("burst APScheduler", lambda: aps.burst(server, jobs))
+    return found
 
 
 def steady(server: Server) -> dict[str, Any]:
     jobs, seconds, capacity = plan("steady_jobs"), plan("steady_s"), plan("steady_capacity")
+    found: dict[str, Any] = {}
+    for nodes in (1, 2):
+        label = f"steady quartzlite {nodes} node{'s' if nodes > 1 else ''}"
+        found[f"quartzlite_{nodes}_defaults"] = attempt(
+            f"{label}, defaults",
+            lambda nodes=nodes: ql.steady(server, f"steady{nodes}d", nodes, jobs, seconds, None))
+        found[f"quartzlite_{nodes}"] = attempt(
+            f"{label}, capacity {capacity}",
+            lambda nodes=nodes: ql.steady(server, f"steady{nodes}", nodes, jobs, seconds, capacity))
+    found["apscheduler"] = attempt("steady APScheduler",
+                                   lambda: aps.steady(server, "aps_steady", jobs, seconds))
+    return found
+
+
+def shell(server: Server) -> dict[str, Any]:
+    """Every-second shell jobs on 1 node with the defaults, beside the fork/exec floor."""
+    jobs, seconds = plan("shell_jobs"), plan("shell_s")
     return {
-        "quartzlite_1": attempt("steady quartzlite 1 node",
-                                lambda: ql.steady(server, "steady1", 1, jobs, seconds, capacity)),
-        "quartzlite_2": attempt("steady quartzlite 2 nodes",
-                                lambda: ql.steady(server, "steady2", 2, jobs, seconds, capacity)),
-        "apscheduler": attempt("steady APScheduler",
-                               lambda: aps.steady(server, "aps_steady", jobs, seconds)),
+        "floor": attempt("fork/exec floor", ql.spawn_floor),
+        "quartzlite_1_defaults": attempt(
+            f"shell quartzlite 1 node, {jobs} jobs, defaults",
+            lambda: ql.shell(server, "shell1d", 1, jobs, seconds)),
     }
 
 
@@ -150,17 +173,16 @@ def cost(server: Server) -> dict[str, Any]:
     seconds = plan("cost_s")
     curve: dict[str, Any] = {"quartzlite": {}, "apscheduler": {}}
     for n in plan("cost_ns"):
-        capacity = min(10_000, max(1000, 2 * n))
         curve["quartzlite"][str(n)] = attempt(
-            f"cost quartzlite {n} jobs",
-            lambda n=n, capacity=capacity: ql.steady(server, f"cost{n}", 1, n, seconds, capacity))
+            f"cost quartzlite {n} jobs, 2 nodes, defaults",
+            lambda n=n: ql.steady(server, f"cost{n}", 2, n, seconds, None))
         curve["apscheduler"][str(n)] = attempt(
             f"cost APScheduler {n} jobs", lambda n=n: aps.steady(server, f"aps_cost{n}", n, seconds))
     return curve
 
 
 RUNNERS: dict[str, Callable[[Server], dict[str, Any]]] = {
-    "burst": burst, "steady": steady, "failover": failover, "idle": idle, "cost": cost,
+    "burst": burst, "steady": steady, "shell": shell, "failover": failover, "idle": idle, "cost": cost,
 }
 
 

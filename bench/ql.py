@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -190,10 +192,15 @@ def every_second_specs(prefix: str, n: int, records: Path) -> list[dict[str, Any
 # -- burst ---------------------------------------------------------------------------
 
 
-def burst(server: Server, nodes: int, jobs: int, capacity: int) -> dict[str, Any]:
-    """``jobs`` one-shot jobs (``@at T0``) on ``nodes`` nodes."""
-    cluster = Cluster(server, f"burst{nodes}")
-    options = {"capacity": capacity}
+def _options(capacity: int | None) -> dict[str, Any]:
+    """Node options: nothing (the defaults a user gets), or capacity raised."""
+    return {} if capacity is None else {"capacity": capacity}
+
+
+def burst(server: Server, nodes: int, jobs: int, capacity: int | None) -> dict[str, Any]:
+    """``jobs`` one-shot jobs (``@at T0``) on ``nodes`` nodes (capacity None: defaults)."""
+    cluster = Cluster(server, f"burst{nodes}{'d' if capacity is None else ''}")
+    options = _options(capacity)
     try:
         started = cluster.start(nodes, options)
         time.sleep(1.0)
@@ -241,14 +248,16 @@ def burst_report(records: list[util.Record], jobs: int, t0: float, window: Windo
 # -- steady and the cost curve -------------------------------------------------------
 
 
-def steady(server: Server, name: str, nodes: int, jobs: int, duration: int, capacity: int,
-           warmup: float = 4.0, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``jobs`` every-second jobs on ``nodes`` nodes; measured over ``duration`` whole
-    seconds after a warm-up."""
+def steady(server: Server, name: str, nodes: int, jobs: int, duration: int,
+           capacity: int | None, warmup: float = 4.0, extra: dict[str, Any] | None = None,
+           specs_for: Callable[[str, int, Path], list[dict[str, Any]]] | None = None,
+           ) -> dict[str, Any]:
+    """``jobs`` every-second jobs on ``nodes`` nodes (capacity None: defaults); measured
+    over ``duration`` whole seconds after a warm-up."""
     cluster = Cluster(server, name)
-    options = {"capacity": capacity, **(extra or {})}
+    options = {**_options(capacity), **(extra or {})}
     try:
-        specs = every_second_specs("tick", jobs, cluster.records)
+        specs = (specs_for or every_second_specs)("tick", jobs, cluster.records)
         create_s = cluster.add_jobs(specs)
         started = cluster.start(nodes, options)
         ws = math.ceil(time.time() + warmup)
@@ -267,6 +276,9 @@ def steady(server: Server, name: str, nodes: int, jobs: int, duration: int, capa
     report = util.slots_report(records, names, ws, we)
     counters = window.counters()
     cpu = window.cpu()
+    host = window.host()
+    by_pid = util.per_pid(r for r in records if ws <= r.actual < we)
+    fires = report["fires"]
     return {
         "system": "quartzlite",
         "nodes": nodes,
@@ -276,17 +288,71 @@ def steady(server: Server, name: str, nodes: int, jobs: int, duration: int, capa
         **report,
         "fires_per_s": round(report["fires"] / duration, 1),
         "duplicates_all": util.duplicates(records),
-        "fires_by_pid": util.per_pid(r for r in records if ws <= r.actual < we),
+        "fires_by_pid": by_pid,
         **window.summary(),
         "statements_per_s": round(counters["Questions"] / window.seconds, 1),
         "statements_per_fire": round(counters["Questions"] / report["fires"], 2) if report["fires"] else None,
         "cpu_s": {str(k): v for k, v in cpu.items()},
-        "cpu_ms_per_fire": round(1000 * sum(cpu.values()) / report["fires"], 3) if report["fires"] else None,
+        "cpu_ms_per_fire": round(1000 * sum(cpu.values()) / fires, 3) if fires else None,
+        "cpu_ms_per_fire_by_node": {
+            str(pid): round(1000 * cpu.get(int(pid), 0.0) / n, 3) for pid, n in by_pid.items() if n
+        },
+        "mysql_ms_per_fire": round(1000 * (host.get("mysql_server_s") or 0.0) / fires, 3)
+        if fires and host.get("mysql_server_s") is not None else None,
         "cpu_utilisation": round(sum(cpu.values()) / window.seconds, 3),
         "threads": threads,
         "run_statuses": statuses,
         "exit_codes": codes,
         "settings": effective(options),
+    }
+
+
+# -- shell jobs ----------------------------------------------------------------------
+
+#: A shell body that records like :func:`bench.jobs.record`, with bash builtins only
+#: (no fork beyond bash itself): the job, its planned instant (ISO), bash's start, the node.
+SHELL_RECORD = ('printf "%s %s %s %s\\n" "$QUARTZLITE_JOB" "$QUARTZLITE_PLANNED_AT" '
+                '"$EPOCHREALTIME" "$PPID" >> {path}')
+
+
+def shell_specs(prefix: str, n: int, records: Path) -> list[dict[str, Any]]:
+    command = SHELL_RECORD.format(path=shlex.quote(str(records)))
+    return [{"name": f"{prefix}{i:05d}", "schedule": EVERY_SECOND, "command": command}
+            for i in range(n)]
+
+
+def shell(server: Server, name: str, nodes: int, jobs: int, duration: int) -> dict[str, Any]:
+    """``jobs`` every-second shell jobs with the defaults: lateness is bash's start."""
+    return steady(server, name, nodes, jobs, duration, None, specs_for=shell_specs)
+
+
+def spawn_floor(samples: int = 200) -> dict[str, Any]:
+    """What starting bash costs on this machine, from this Python process: Popen to
+    bash's first builtin (as the node starts a shell run, without the gate), one at a
+    time, and the same 200 at once with 16 running together (the default capacity)."""
+    script = 'printf "%s" "$EPOCHREALTIME"'
+    alone: list[float] = []
+    for _ in range(samples):
+        began = time.time()
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                             start_new_session=True, check=True).stdout
+        alone.append(float(out) - began)
+    began = time.time()
+    procs: list[subprocess.Popen[str]] = []
+    together: list[float] = []
+    for _ in range(samples):
+        while len(procs) >= 16:
+            proc = procs.pop(0)
+            together.append(float(proc.communicate()[0]) - began)
+        procs.append(subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    together += [float(p.communicate()[0]) - began for p in procs]
+    alone.sort()
+    return {
+        "samples": samples,
+        "spawn_p50_ms": util.ms(alone[len(alone) // 2]),
+        "spawn_p99_ms": util.ms(alone[min(len(alone) - 1, int(len(alone) * 0.99))]),
+        "all_started_16_at_once_ms": util.ms(max(together)),
     }
 
 

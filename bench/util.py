@@ -14,6 +14,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -552,6 +553,14 @@ class Record:
         return self.actual - self.planned
 
 
+def _epoch(value: str) -> float:
+    """Seconds since the epoch, or an ISO instant (shell bodies record those)."""
+    try:
+        return float(value)
+    except ValueError:
+        return datetime.fromisoformat(value).timestamp()
+
+
 def read_records(path: Path) -> list[Record]:
     found: list[Record] = []
     if not path.exists():
@@ -559,7 +568,7 @@ def read_records(path: Path) -> list[Record]:
     for line in path.read_text().splitlines():
         parts = line.split()
         if len(parts) == 4:
-            found.append(Record(parts[0], float(parts[1]), float(parts[2]), int(parts[3])))
+            found.append(Record(parts[0], _epoch(parts[1]), float(parts[2]), int(parts[3])))
     return found
 
 

@@ -58,8 +58,17 @@ class NodeConfig:
     #: Seconds between compensation passes when the watch sees nothing amiss (jobs the
     #: DB says we own but memory does not know). Default 30.0.
     compensate_interval_s: float = 30.0
-    #: Most runs this node executes at once; also bounds what it prepares. Default 16.
+    #: Most runs this node executes at once: shell processes and Python worker threads
+    #: together. A run's end frees its place at once (its result is recorded in a
+    #: batch, after). Due runs beyond it wait on this node, highest priority first,
+    #: while peers take the rest. Default 16.
     capacity: int = 16
+    #: Most runs this node holds ahead of their start: prepared or fired, not yet
+    #: handed to a worker. Preparing and firing go ahead in batches up to this, so a
+    #: burst due at one instant starts at once; it is all handed back on stop and
+    #: fence, and peers take it over if the node dies. While due runs wait for a free
+    #: place, the node prepares nothing more. Default 1000.
+    prefetch: int = 1000
     #: Tags of this node; a job with tags runs only on nodes having all of them.
     tags: tuple[str, ...] = ()
     #: Seconds running jobs get to finish after SIGTERM before they are killed. Default 30.
@@ -114,6 +123,8 @@ class NodeConfig:
             raise ValidationError("shutdown_grace_s", "must not be negative")
         if not 1 <= self.capacity <= 10_000:
             raise ValidationError("capacity", "must be between 1 and 10000")
+        if not 1 <= self.prefetch <= 100_000:
+            raise ValidationError("prefetch", "must be between 1 and 100000")
         if not 1 <= self.lock_wait_timeout_s <= 60:
             raise ValidationError("lock_wait_timeout_s", "must be between 1 and 60")
         if not 1 <= self.result_batch <= 10_000:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import fcntl
+import functools
 import heapq
 import itertools
 import logging
@@ -106,8 +107,11 @@ class Execution:
     #: Python runs only: what the callable sees, and when it times out (monotonic).
     context: RunContext | None = None
     deadline: float | None = None
-    #: When the starter released the run to a worker (database clock), once it has.
+    #: When the run started: the database clock at its start check (or fire), moved
+    #: on by the time it then waited for a free place (capacity).
     started_at: datetime | None = None
+    #: Monotonic instant of the start check that released it (it may wait for a place).
+    released_mono: float = 0.0
     #: Set when the executing thread is done with it (a Python thread may never be).
     done: threading.Event = field(default_factory=threading.Event)
     #: Handed to a worker thread (it may have started).
@@ -404,6 +408,12 @@ class Node:
         self.last_beat_mono = self.clock.monotonic()
         self.healthy_since: float | None = None
         self._batches = itertools.count(1)
+        #: Runs released at their instant waiting for a free place, highest priority
+        #: first; ``running`` counts the runs handed to a worker and not yet ended.
+        self._slots = threading.Lock()
+        self._ready: list[tuple[int, datetime, int, Execution]] = []
+        self._ready_order = itertools.count()
+        self.running = 0
         self.workers = WorkerPool("run")
         self.heartbeat = _Heartbeat(self)
         self.watchdog = _Watchdog(self)
@@ -742,9 +752,43 @@ class Node:
         self.executing[p.job_id] = execution
         return execution
 
-    def submit(self, execution: Execution) -> None:
-        execution.submitted = True
-        self.workers.submit(lambda: self._execute(execution))
+    def release(self, executions: Sequence[Execution]) -> None:
+        """Runs whose instant has come and whose start check passed: each starts as
+        soon as a place is free (at once, below capacity)."""
+        now = time.monotonic()
+        with self._slots:
+            for e in executions:
+                e.released_mono = now
+                p = e.fired.prepared
+                heapq.heappush(self._ready, (-p.spec.priority, p.fire_at, next(self._ready_order), e))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand ready runs to workers while places are free."""
+        while True:
+            with self._slots:
+                if (self.fenced.is_set() or not self._ready
+                        or self.running >= self.config.capacity):
+                    return
+                execution = heapq.heappop(self._ready)[3]
+                self.running += 1
+                execution.submitted = True
+                drained = not self._ready
+            waited = time.monotonic() - execution.released_mono
+            if execution.started_at is not None and waited > 0.001:
+                execution.started_at += timedelta(seconds=waited)
+            self.workers.submit(functools.partial(self._execute, execution))
+            if drained and self.scan_blocked:
+                self.scanner.wake()
+
+    def waiting_runs(self) -> int:
+        """Runs due now that wait for a free place."""
+        with self._slots:
+            return len(self._ready)
+
+    def unstarted(self) -> int:
+        """Runs held ahead of their start: prepared, or fired and not handed to a worker."""
+        return len(self.prepared) + sum(1 for e in list(self.executing.values()) if not e.submitted)
 
     def _mark_started(self, execution: Execution) -> None:
         timeout = execution.fired.prepared.spec.timeout_s
@@ -813,6 +857,12 @@ class Node:
         applies."""
         if not execution.handle.claim():
             return
+        if execution.submitted:
+            # Its place is free at once (a Python run cut short may go on in its
+            # thread, unwatched: it holds no place).
+            with self._slots:
+                self.running -= 1
+            self._dispatch()
         if execution.context is None and outcome.status is not RunStatus.SUCCEEDED:
             self.check_guard()  # a guard kill is reported before the run can end of it
         with self._fence_lock:
@@ -984,7 +1034,9 @@ class _Scanner(_NodeService):
         node = self.node
         if node.fenced.is_set() or node.stopping:
             return None
-        free = node.config.capacity - len(node.prepared) - len(node.executing)
+        # Prepare ahead up to the prefetch, and nothing while due runs wait for a place:
+        # a node that cannot start what it holds leaves the rest to its peers.
+        free = 0 if node.waiting_runs() else node.config.prefetch - node.unstarted()
         node.scan_blocked = free <= 0
         if free <= 0:
             return None
@@ -1143,10 +1195,9 @@ class _Starter(_NodeService):
         if ahead:
             checked, held = self._check(ahead)
             release.extend(checked)
-        for e in release:
-            if node.fenced.is_set():
-                return None
-            node.submit(e)
+        if node.fenced.is_set():
+            return None
+        node.release(release)
         with self._heap_lock:
             following = self._waiting[0][0] if self._waiting else None
         if following is None:
