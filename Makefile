@@ -39,7 +39,7 @@ run: venv db
 	exec $(Q) serve
 
 lint: venv
-	$(VENV)/bin/ruff check quartzlite tests migrations
+	$(VENV)/bin/ruff check quartzlite tests migrations bench
 	$(VENV)/bin/lint-imports
 
 typecheck: venv

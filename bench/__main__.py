@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from bench import aps, ql, report, util
@@ -89,9 +90,9 @@ def burst(server: Server) -> dict[str, Any]:
     for nodes in (1, 2):
         label = f"burst quartzlite {nodes} node{'s' if nodes > 1 else ''}"
         found[f"quartzlite_{nodes}_defaults"] = attempt(
-            f"{label}, defaults", lambda nodes=nodes: ql.burst(server, nodes, jobs, None))
+            f"{label}, defaults", partial(ql.burst, server, nodes, jobs, None))
         found[f"quartzlite_{nodes}"] = attempt(
-            f"{label}, capacity {capacity}", lambda nodes=nodes: ql.burst(server, nodes, jobs, capacity))
+            f"{label}, capacity {capacity}", partial(ql.burst, server, nodes, jobs, capacity))
     found["apscheduler"] = attempt("burst APScheduler", lambda: aps.burst(server, jobs))
     return found
 
@@ -103,10 +104,10 @@ def steady(server: Server) -> dict[str, Any]:
         label = f"steady quartzlite {nodes} node{'s' if nodes > 1 else ''}"
         found[f"quartzlite_{nodes}_defaults"] = attempt(
             f"{label}, defaults",
-            lambda nodes=nodes: ql.steady(server, f"steady{nodes}d", nodes, jobs, seconds, None))
+            partial(ql.steady, server, f"steady{nodes}d", nodes, jobs, seconds, None))
         found[f"quartzlite_{nodes}"] = attempt(
             f"{label}, capacity {capacity}",
-            lambda nodes=nodes: ql.steady(server, f"steady{nodes}", nodes, jobs, seconds, capacity))
+            partial(ql.steady, server, f"steady{nodes}", nodes, jobs, seconds, capacity))
     found["apscheduler"] = attempt("steady APScheduler",
                                    lambda: aps.steady(server, "aps_steady", jobs, seconds))
     return found
@@ -127,7 +128,7 @@ def failover(server: Server) -> dict[str, Any]:
     args = (plan("failover_jobs"), plan("failover_kill_at"), plan("failover_s"),
             plan("failover_capacity"))
     return {
-        mode: attempt(f"failover {mode} settings", lambda mode=mode: ql.failover(server, mode, *args))
+        mode: attempt(f"failover {mode} settings", partial(ql.failover, server, mode, *args))
         for mode in ("default", "fast")
     }
 
@@ -157,7 +158,7 @@ def idle(server: Server) -> dict[str, Any]:
         for key in ("small", "large"):
             if key in clusters:
                 found[f"quartzlite_{key}"] = attempt(
-                    f"idle quartzlite, {key}", lambda key=key: ql.idle(server, clusters[key], seconds))
+                    f"idle quartzlite, {key}", partial(ql.idle, server, clusters[key], seconds))
             else:
                 found[f"quartzlite_{key}"] = {"error": "its jobs could not be created"}
     finally:
@@ -165,7 +166,7 @@ def idle(server: Server) -> dict[str, Any]:
             cluster.drop()
     for key, n in (("small", small), ("large", large)):
         found[f"apscheduler_{key}"] = attempt(f"idle APScheduler, {n:,} jobs",
-                                              lambda n=n: aps.idle(server, n, seconds))
+                                              partial(aps.idle, server, n, seconds))
     return found
 
 
@@ -175,9 +176,9 @@ def cost(server: Server) -> dict[str, Any]:
     for n in plan("cost_ns"):
         curve["quartzlite"][str(n)] = attempt(
             f"cost quartzlite {n} jobs, 2 nodes, defaults",
-            lambda n=n: ql.steady(server, f"cost{n}", 2, n, seconds, None))
+            partial(ql.steady, server, f"cost{n}", 2, n, seconds, None))
         curve["apscheduler"][str(n)] = attempt(
-            f"cost APScheduler {n} jobs", lambda n=n: aps.steady(server, f"aps_cost{n}", n, seconds))
+            f"cost APScheduler {n} jobs", partial(aps.steady, server, f"aps_cost{n}", n, seconds))
     return curve
 
 

@@ -40,9 +40,9 @@ TARGETS = (
     "quartzlite.storage.node:NodeStore.lock",
     "quartzlite.storage.engine:Database.transaction",
     "quartzlite.storage.engine:Database.read",
-    "quartzlite.node.runtime:Node.start_execution",
-    "quartzlite.node.runtime:Node.finish",
-    "quartzlite.node.runtime:WorkerPool.submit",
+    "quartzlite.node.node:Node.start_execution",
+    "quartzlite.node.node:Node.finish",
+    "quartzlite.node.workers:WorkerPool.submit",
     "quartzlite.executors:run_callable",
     "quartzlite.executors:run_shell",
 )
@@ -115,7 +115,8 @@ def _statements() -> None:
         t0 = starts.pop(id(cursor), None)
         if t0 is not None:
             seconds = time.perf_counter() - t0
-            word = (_SQL_WORD.match(statement) or [None, "?"])[1].upper()
+            match = _SQL_WORD.match(statement)
+            word = (match[1] if match else "?").upper()
             table = re.search(r"\b(?:FROM|INTO|UPDATE)\s+(\w+)", statement, re.IGNORECASE)
             _add(f"sql {word} {table.group(1) if table else ''}".rstrip(), time.time() - seconds,
                  seconds)
@@ -220,7 +221,7 @@ def _time_gc() -> None:
 
 def _time_mutex() -> None:
     try:
-        runtime = importlib.import_module("quartzlite.node.runtime")
+        runtime = importlib.import_module("quartzlite.node.node")
     except ImportError:
         return
     init = runtime.Node.__init__

@@ -182,7 +182,8 @@ class Window:
         self._check(0.0)
         self.sockets0 = server_sockets(self.pids)
         self.host0 = host_cpu()
-        self.server0 = cpu_seconds(server_pid()) if server_pid() else None
+        pid = server_pid()
+        self.server0 = cpu_seconds(pid) if pid else None
         self.self0 = cpu_seconds(os.getpid())
         self.cpu0 = {pid: cpu_seconds(pid) for pid in self.pids}
         self.t0 = time.monotonic()
@@ -194,7 +195,8 @@ class Window:
         self.t1 = time.monotonic()
         self.cpu1 = {pid: cpu_seconds(pid) for pid in self.pids}
         self.self1 = cpu_seconds(os.getpid())
-        self.server1 = cpu_seconds(server_pid()) if server_pid() else None
+        pid = server_pid()
+        self.server1 = cpu_seconds(pid) if pid else None
         self.host1 = host_cpu()
         self.sockets1 = server_sockets(self.pids)
         self._check(self.seconds + 1)

@@ -183,7 +183,7 @@ def run_shell(
     tail = _Tail(output_limit)
     go_read, go_write = os.pipe()
     try:
-        proc = subprocess.Popen(  # noqa: S603 - running the user's command is the point
+        proc = subprocess.Popen(
             ["bash", "-c", _gated(command, go_read)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -198,7 +198,7 @@ def run_shell(
         return Outcome(status=RunStatus.FAILED, error=f"could not start bash: {error}")
     finally:
         os.close(go_read)
-    with handle._lock:  # noqa: SLF001 - the handle and the runner share the group id
+    with handle._lock:
         handle.pgid = proc.pid
         force = handle.force
     if handle.on_group is not None:
@@ -262,7 +262,7 @@ def run_shell(
         # bash, not reaped yet, still holds the group id: kill the group (bash too, if
         # an error got us here), let go of the id, and only then reap bash.
         _signal_group(proc.pid, signal.SIGKILL)
-        with handle._lock:  # noqa: SLF001
+        with handle._lock:
             handle.pgid = None
         if handle.on_group is not None:
             handle.on_group(proc.pid, False)

@@ -26,7 +26,7 @@ def _docker_answers() -> bool:
         client = docker.from_env(timeout=3)
         client.ping()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means no usable Docker engine
         return False
 
 

@@ -3,7 +3,7 @@ metrics registry of one app, kept in ``app.extensions`` so that a process (or a 
 session) can build many apps side by side.
 
 The API never imports :mod:`quartzlite.node` (the two are siblings): it reads a node
-through the small :class:`NodeView` protocol, which :class:`quartzlite.node.runtime.Node`
+through the small :class:`NodeView` protocol, which :class:`quartzlite.node.node.Node`
 satisfies.
 """
 

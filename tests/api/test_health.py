@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 
 from quartzlite.api import create_app, set_node
 from quartzlite.client import SchedulerClient
-from quartzlite.node.runtime import LATENESS_BUCKETS, Histogram
+from quartzlite.node.stats import LATENESS_BUCKETS, Histogram
 from quartzlite.storage import migrate
 
 from .support import Api, assert_error
@@ -51,7 +51,7 @@ class FakeStats:
 
 @dataclass
 class FakeNode:
-    """What the API reads of quartzlite.node.runtime.Node."""
+    """What the API reads of quartzlite.node.node.Node."""
 
     live: bool = True
     session_id: str = "sess-fake"

@@ -26,7 +26,7 @@ def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
@@ -85,7 +85,7 @@ def test_a_waitress_server_in_a_thread_serves_and_stops(client: SchedulerClient)
         server.stop(grace_s=2)
     assert not server.running
     with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(f"{server.url}/healthz", timeout=5)  # noqa: S310
+        urllib.request.urlopen(f"{server.url}/healthz", timeout=5)
 
 
 def test_a_taken_port_is_a_clear_error(client: SchedulerClient) -> None:

@@ -517,7 +517,7 @@ def run_exe(tmp_path: Path, *args: str, module: bool = False) -> subprocess.Comp
     """Run the installed ``quartzlite`` script (or ``python -m quartzlite``) in a clean cwd."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUARTZLITE_")}
     command = [sys.executable, "-m", "quartzlite"] if module or not EXE.exists() else [str(EXE)]
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [*command, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
         check=False,
     )

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from quartzlite.client import SchedulerClient
 from quartzlite.config import NodeConfig
 from quartzlite.errors import ValidationError
-from quartzlite.node.runtime import Node
+from quartzlite.node.node import Node
 from tests.integration.dbtools import add_run, connect, job_rows, naive
 from tests.integration.test_cli import cli, fails, one_error_line
 

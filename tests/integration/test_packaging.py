@@ -50,7 +50,7 @@ def run(command: list[str | Path], *, cwd: Path, timeout: float = 240) -> str:
         for k, v in os.environ.items()
         if not k.startswith("QUARTZLITE_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")
     }
-    done = subprocess.run(  # noqa: S603
+    done = subprocess.run(
         [str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True,
         timeout=timeout, check=False,
     )

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from quartzlite.node.runtime import GuardLink
+from quartzlite.node.guardlink import GuardLink
 
 
 def read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
@@ -52,7 +52,7 @@ def test_guard_link_reports_a_dead_guard_and_a_guard_kill() -> None:
     try:
         link.beat(time.monotonic())
         deadline = time.monotonic() + 10
-        while link.problem() is None and link._unanswered_since is not None:  # noqa: SLF001
+        while link.problem() is None and link._unanswered_since is not None:
             assert time.monotonic() < deadline, "no answer to the beat"
             time.sleep(0.01)
         assert link.problem() is None

@@ -18,8 +18,9 @@ from quartzlite.enums import (
 )
 from quartzlite.errors import ValidationError
 from quartzlite.models import Finished, Fired, JobSpec, Outcome, Prepared
+from quartzlite.node.node import tag_sets
 from quartzlite.node.planning import RECOVERY_RERUNS, SchedulePlanner, backoff_s
-from quartzlite.node.runtime import Histogram, tag_sets
+from quartzlite.node.stats import Histogram
 
 T0 = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -10,8 +10,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from quartzlite.errors import TransientStoreError
+
+if TYPE_CHECKING:
+    from quartzlite.node.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -100,3 +104,9 @@ class Service:
                     return
             self._wake.wait(left)
             self._wake.clear()
+
+
+class NodeService(Service):
+    def __init__(self, node: Node, interval_s: float) -> None:
+        super().__init__(interval_s, node.on_crash)
+        self.node = node

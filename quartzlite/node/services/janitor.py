@@ -1,0 +1,46 @@
+"""The janitor service: see :mod:`quartzlite.node.node` for what each service does."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from quartzlite.node.services.base import NodeService
+from quartzlite.storage.jobs import JobStore
+
+if TYPE_CHECKING:
+    from quartzlite.node.node import Node
+
+log = logging.getLogger("quartzlite.node")
+
+
+class Janitor(NodeService):
+    """Prunes run history past ``history_retention_s``: a minute after start, then hourly
+    (two cheap statements when there is nothing to delete). Not critical: a failed pass
+    is logged and tried again at the next."""
+
+    name = "janitor"
+    critical = False
+    #: The first pass, a minute after start (not in a restart's busiest moments).
+    FIRST_S = 60.0
+    EVERY_S = 3600.0
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, self.EVERY_S)
+        self._first = True
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if self._first:
+            self._first = False
+            return self.FIRST_S
+        if node.fenced.is_set() or node.stopping or not node.config.history_retention_s:
+            return None
+        pruned = JobStore(node.db).prune_history(node.config.history_retention_s, stop=node.fenced)
+        if pruned.runs or pruned.jobs:
+            log.info(
+                "pruned history before %s: %d run(s), %d deleted job(s)",
+                pruned.before.isoformat(), pruned.runs, pruned.jobs,
+                extra={"action": "history_pruned"},
+            )
+        return None

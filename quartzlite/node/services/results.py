@@ -1,0 +1,90 @@
+"""The results service: see :mod:`quartzlite.node.node` for what each service does."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from typing import TYPE_CHECKING
+
+from quartzlite.errors import TransientStoreError
+from quartzlite.models import Finished
+from quartzlite.node.services.base import NodeService
+
+if TYPE_CHECKING:
+    from quartzlite.node.node import Node
+
+log = logging.getLogger("quartzlite.node")
+
+
+class Results(NodeService):
+    name = "results"
+
+    #: Results wait this long for company before they are recorded: runs that end
+    #: together share one transaction (and one re-prepare), instead of one each.
+    LINGER_S = 0.02
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, 1.0)
+        self._first_seen: float | None = None
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.results.empty():
+            return None
+        now = time.monotonic()
+        if self._first_seen is None:
+            self._first_seen = now
+        waited = now - self._first_seen
+        if waited < self.LINGER_S and node.results.qsize() < node.config.result_batch:
+            return self.LINGER_S - waited
+        self._first_seen = None
+        return self._record()
+
+    def drain(self) -> None:
+        """Record whatever is left (the last step of a graceful stop)."""
+        while not self.node.results.empty():
+            try:
+                self._record()
+            except TransientStoreError as error:
+                log.error("could not record results: %s", error.message)
+                return
+
+    def _record(self) -> float | None:
+        node = self.node
+        batch: list[Finished] = []
+        while len(batch) < node.config.result_batch:
+            try:
+                batch.append(node.results.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return None
+        with node.owned.mutex:
+            try:
+                done = node.store.complete(
+                    session_id=node.session_id, finished=batch, planner=node.planner,
+                    stop=node.results_stop,
+                )
+            except TransientStoreError:
+                for item in batch:  # outcomes are facts: keep them until recorded
+                    node.results.put(item)
+                raise
+            if node.journal is not None:
+                node.journal.recorded([item.fired.run_id for item in batch])
+            for item in batch:
+                job_id = item.fired.prepared.job_id
+                current = node.owned.executing.get(job_id)
+                if current is not None and current.fired.run_id == item.fired.run_id:
+                    del node.owned.executing[job_id]
+                status = item.outcome.status.value
+                node.stats.runs_by_status[status] = node.stats.runs_by_status.get(status, 0) + 1
+        if node.scan_blocked:
+            node.scanner.wake()
+        if done.next_due is not None:
+            # Not at once: results that follow within a moment join the same prepare.
+            node.scanner.schedule(max(
+                self.LINGER_S,
+                (done.next_due - done.db_now).total_seconds() - node.config.look_ahead_s,
+            ))
+        return 0.0 if not node.results.empty() else None

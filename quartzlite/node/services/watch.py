@@ -1,0 +1,40 @@
+"""The watch service: see :mod:`quartzlite.node.node` for what each service does."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from quartzlite.node.services.base import NodeService
+
+if TYPE_CHECKING:
+    from quartzlite.node.node import Node
+
+log = logging.getLogger("quartzlite.node")
+
+
+class Watch(NodeService):
+    name = "watch"
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, node.config.poll_interval_s)
+
+    def run_once(self) -> float | None:
+        node = self.node
+        if node.fenced.is_set() or node.stopping:
+            return None
+        seen = node.store.watch(node.session_id, node.tag_sets)
+        config = node.config
+        if seen.earliest_due is not None:
+            node.scanner.schedule(
+                (seen.earliest_due - seen.db_now).total_seconds() - config.look_ahead_s
+            )
+        if seen.orphaned_jobs:
+            node.expirer.wake()
+        elif seen.oldest_peer_heartbeat is not None:
+            deadline = seen.oldest_peer_heartbeat + timedelta(seconds=config.session_timeout_s)
+            node.expirer.schedule((deadline - seen.db_now).total_seconds() + 0.005)
+        if seen.owned_jobs != node.owned.count():
+            node.compensator.schedule(0.2)  # a transition may be committing right now
+        return None
