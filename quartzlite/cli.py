@@ -10,7 +10,6 @@ import json
 import logging
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -572,16 +571,19 @@ def api(
     config = _api_config(api_host, api_port, api_threads)
     client = _client(ctx, one_shot=False)
     check_bind(config.host, client)
+    from quartzlite.node.node import StopRequest
+
     server = ApiServer(create_app(client), config)
-    stop = threading.Event()
+    stop = StopRequest()  # lock-free for the signal handler (see StopRequest)
 
     def on_signal(signum: int, frame: object) -> None:
-        stop.set()
+        stop.request()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
-    while not stop.wait(0.5):
+    while stop.level == 0:
+        stop.wait(0.5)
         if not server.running:
             raise UserError("the API server stopped unexpectedly (see the log)")
     server.stop()

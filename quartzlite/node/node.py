@@ -56,6 +56,7 @@ import logging
 import math
 import os
 import queue
+import select
 import threading
 import time
 import uuid
@@ -102,15 +103,47 @@ EXIT_FORCED = 4
 
 
 class StopRequest:
-    """Set by signal handlers (which do nothing else): 1 = graceful, 2 = now."""
+    """How a node is asked to stop (by a signal: level 1 = gracefully, 2 = now), and how
+    its main thread is woken (a signal, a fence, a crashed service).
+
+    Lock-free on the signal's side. A handler runs on the main thread between two
+    bytecodes, possibly while that thread is inside a wait holding the wait's own lock:
+    ``threading.Event.set()`` there deadlocks the main thread for good (it happened: a
+    node went on running jobs, deaf to SIGTERM). A handler only bumps ``level`` and
+    writes a byte to a pipe; the main thread sleeps in ``poll`` on that pipe."""
 
     def __init__(self) -> None:
         self.level = 0
-        self.event = threading.Event()
+        read, write = os.pipe()
+        for fd in (read, write):
+            os.set_blocking(fd, False)
+        # Unbuffered file objects: no lock on the handler's side, and the descriptors
+        # close only once nothing can write to them any more.
+        self._read = open(read, "rb", buffering=0)  # lives as long as the request
+        self._write = open(write, "wb", buffering=0)
+        self._poll = select.poll()
+        self._poll.register(read, select.POLLIN)
 
     def request(self) -> None:
+        """One more stop request (what a signal handler calls, and nothing else)."""
         self.level += 1
-        self.event.set()
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the main thread now (from any thread, or a signal handler)."""
+        try:
+            self._write.write(b"\0")  # None when the pipe is full: it wakes anyway
+        except OSError:
+            pass
+
+    def wait(self, timeout_s: float) -> None:
+        """On the main thread: sleep until woken, or for ``timeout_s``."""
+        try:
+            if self._poll.poll(math.ceil(max(0.0, timeout_s) * 1000)):
+                while self._read.read(4096):
+                    pass
+        except OSError:
+            pass
 
 
 def tag_sets(tags: tuple[str, ...]) -> list[str]:
@@ -308,8 +341,7 @@ class Node:
                 return EXIT_ERROR
             if self.stop_request.level == 1 and not self.stopping:
                 return self._graceful_stop()
-            self.stop_request.event.wait(0.1)
-            self.stop_request.event.clear()
+            self.stop_request.wait(0.1)
 
     def on_crash(self, service: Service, error: BaseException) -> None:
         log.error(
@@ -318,7 +350,7 @@ class Node:
         )
         if service.critical and self.crashed is None:
             self.crashed = (service.name, error)
-            self.stop_request.event.set()
+            self.stop_request.wake()
 
     def fence(self, reason: str) -> None:
         """Stop everything this node does for the cluster but record outcomes, and
@@ -350,7 +382,7 @@ class Node:
             reason, running, len(self.owned.prepared),
             extra={"action": "fenced", "session": self.session_id},
         )
-        self.stop_request.event.set()
+        self.stop_request.wake()
 
     #: Why a fence kills the running shell jobs (and how their runs are told apart).
     FENCE_KILL = "node fenced"
@@ -426,8 +458,7 @@ class Node:
                 e.done.is_set() for e in self.owned.executing.values()
             ):
                 break
-            self.stop_request.event.wait(0.1)
-            self.stop_request.event.clear()
+            self.stop_request.wait(0.1)
         self.unkillable_left = sum(1 for e in self.owned.executing.values() if not e.done.is_set())
         left = self.journal.pending if self.journal is not None else 0
         if left:
@@ -470,8 +501,7 @@ class Node:
         while self.owned.executing and time.monotonic() < deadline:
             if self.stop_request.level >= 2 or self.fenced.is_set():
                 return self._force_stop() if self.stop_request.level >= 2 else self._after_fence()
-            self.stop_request.event.wait(0.1)
-            self.stop_request.event.clear()
+            self.stop_request.wait(0.1)
         if self.owned.executing:
             log.warning("shutdown grace over: killing %d running job(s)", len(self.owned.executing),
                         extra={"action": "shutdown_kill"})
@@ -481,8 +511,7 @@ class Node:
             while self.owned.executing and time.monotonic() < deadline:
                 if self.stop_request.level >= 2:
                     return self._force_stop()
-                self.stop_request.event.wait(0.1)
-                self.stop_request.event.clear()
+                self.stop_request.wait(0.1)
         self.results_service.stop()
         self.results_service.join(5)
         self.results_service.drain()

@@ -28,8 +28,7 @@ def _wait_for_database(config: NodeConfig, stop: StopRequest) -> bool:
             except StoreError as error:
                 log.info("waiting for the database to rejoin: %s", error.message,
                          extra={"action": "rejoin_wait"})
-            stop.event.wait(1.0)
-            stop.event.clear()
+            stop.wait(1.0)
         return False
     finally:
         db.dispose()
