@@ -67,8 +67,8 @@ class NodeConfig:
     #: handed to a worker. Preparing and firing go ahead in batches up to this, so a
     #: burst due at one instant starts at once; it is all handed back on stop and
     #: fence, and peers take it over if the node dies. While due runs wait for a free
-    #: place, the node prepares nothing more. Default 1000.
-    prefetch: int = 1000
+    #: place, the node prepares nothing more. Default 5000.
+    prefetch: int = 5000
     #: Tags of this node; a job with tags runs only on nodes having all of them.
     tags: tuple[str, ...] = ()
     #: Seconds running jobs get to finish after SIGTERM before they are killed. Default 30.

@@ -564,14 +564,28 @@ class Node:
 
     def _dispatch(self) -> None:
         """Hand ready runs to workers while places are free."""
-        while (taken := self.owned.take()) is not None:
-            execution, drained = taken
-            waited = time.monotonic() - execution.released_mono
-            if execution.started_at is not None and waited > 0.001:
-                execution.started_at += timedelta(seconds=waited)
-            self.workers.submit(functools.partial(self._execute, execution))
-            if drained and self.scan_blocked:
-                self.scanner.wake()
+        while (execution := self._take()) is not None:
+            self.workers.submit(functools.partial(self._work, execution))
+
+    def _take(self) -> Execution | None:
+        """The next ready run, now holding a place (its start moved on by its wait)."""
+        taken = self.owned.take()
+        if taken is None:
+            return None
+        execution, drained = taken
+        waited = time.monotonic() - execution.released_mono
+        if execution.started_at is not None and waited > 0.001:
+            execution.started_at += timedelta(seconds=waited)
+        if drained and self.scan_blocked:
+            self.scanner.wake()
+        return execution
+
+    def _work(self, execution: Execution | None) -> None:
+        """A worker thread: run this, then, in the place it frees, the next ready run
+        (no hand-over to another thread between two runs)."""
+        while execution is not None:
+            self._execute(execution)
+            execution = self._take()
 
 
     def _mark_started(self, execution: Execution) -> None:
@@ -630,9 +644,9 @@ class Node:
             outcome = Outcome(status=RunStatus.FAILED, error=f"executor error: {error!r}")
         finally:
             execution.done.set()
-        self.finish(execution, outcome)
+        self.finish(execution, outcome, dispatch=False)  # its worker takes the next run
 
-    def finish(self, execution: Execution, outcome: Outcome) -> None:
+    def finish(self, execution: Execution, outcome: Outcome, *, dispatch: bool = True) -> None:
         """Record a run's outcome, once: the first to claim the run wins (its worker,
         or the killer for a Python run that timed out or was killed). Even a fenced
         node records outcomes: they are facts. A shell run that ended abnormally
@@ -645,7 +659,8 @@ class Node:
             # Its place is free at once (a Python run cut short may go on in its
             # thread, unwatched: it holds no place).
             self.owned.free()
-            self._dispatch()
+            if dispatch:
+                self._dispatch()
         if execution.context is None and outcome.status is not RunStatus.SUCCEEDED:
             self.check_guard()  # a guard kill is reported before the run can end of it
         with self._fence_lock:
