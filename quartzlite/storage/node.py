@@ -978,20 +978,19 @@ def _update_chunk(
     conn: Connection, table: str, chunk: Sequence[dict[str, Any]], columns: Sequence[str],
     match: Sequence[str], assign: Sequence[str], constants: str, where: str,
 ) -> None:
-    params: dict[str, Any] = {}
-    selects = []
-    for i, row in enumerate(chunk):
-        parts = []
-        for column in columns:
-            params[f"{column}_{i}"] = row[column]
-            parts.append(f":{column}_{i}" + (f" AS {column}" if i == 0 else ""))
-        selects.append("SELECT " + ", ".join(parts))
+    # Straight to the driver (pymysql's %s parameters): a batch has thousands of
+    # parameters, and compiling them through SQLAlchemy cost the results thread ~0.3 ms
+    # of CPU per run, with the GIL held (late starts for every other run).
+    row = "SELECT " + ", ".join("%s" for _ in columns)
+    first = "SELECT " + ", ".join(f"%s AS {c}" for c in columns)
+    selects = [first, *([row] * (len(chunk) - 1))]
+    params = tuple(item[c] for item in chunk for c in columns)
     on = " AND ".join(f"t.{c} = v.{c}" for c in match)
     sets = ", ".join([*(f"t.{c} = v.{c}" for c in assign), *([constants] if constants else [])])
     sql = f"UPDATE {table} AS t JOIN ({' UNION ALL '.join(selects)}) AS v ON {on} SET {sets}"
     if where:
         sql += f" WHERE {where}"
-    conn.execute(text(sql), params)
+    conn.exec_driver_sql(sql, params)
 
 
 __all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "Watch", "update_from_rows"]
