@@ -103,8 +103,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"shell, defaults: {sh['jobs']} every-second shell jobs on 1 node, p99 <= 100 ms",
             f"p99 {fmt(sh['lateness_p99_ms'])} ms, missed {sh['missed_slots']}, duplicates "
             f"{sh['duplicates']}", "<= 100 ms, 0, 0", ok,
-            f"fork/exec floor: bash starts in {fmt(floor.get('spawn_p50_ms'))} ms (p50), "
-            f"{fmt(floor.get('spawn_p99_ms'))} ms (p99)"))
+            f"fork/exec floor from one process: one bash runs {fmt(floor.get('spawn_p50_ms'))} ms "
+            f"after its Popen (p50); the last of 200 started at once "
+            f"{fmt(floor.get('all_started_at_once_ms'))} ms, 16 at a time "
+            f"{fmt(floor.get('all_started_16_at_once_ms'))} ms"))
     c = _get(w, "cost", "quartzlite", "5000")
     if c and "error" not in c:
         found.append(_target(
@@ -244,7 +246,9 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         ))
         for metric, key in (("floor: Popen -> bash runs, p50 (ms)", "spawn_p50_ms"),
                             ("floor: Popen -> bash runs, p99 (ms)", "spawn_p99_ms"),
-                            ("floor: 200 bash, 16 at a time, all started (ms)",
+                            ("floor: 200 bash started at once, last one runs (ms)",
+                             "all_started_at_once_ms"),
+                            ("floor: 200 bash, 16 at a time, last one runs (ms)",
                              "all_started_16_at_once_ms")):
             rows.append(_row(name, metric, _at(0, floor.get(key)), compare=False))
 
@@ -416,8 +420,9 @@ def terminal(results: dict[str, Any]) -> str:
     parts = [text_table(HEADERS, table_rows(results)), "",
              "ratio = quartzlite (1 node) / APScheduler; for lateness, statements and CPU "
              "lower is better, for fires/s and jobs/s higher is better.", "",
-             text_table(("target", "value", "limit", "result"),
-                        [[t["target"], t["value"], t["limit"], t["result"]] for t in found]), "",
+             text_table(("target", "value", "limit", "result", "note"),
+                        [[t["target"], t["value"], t["limit"], t["result"], t["note"]]
+                         for t in found]), "",
              text_table(("run", "settings"), settings_rows(results))]
     missed = [t["target"] for t in found if t["result"] == "MISS"]
     parts += ["", f"targets: {len(found) - len(missed)} PASS, {len(missed)} MISS"
@@ -454,9 +459,9 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "## Targets",
         "",
-        md_table(("target", "value", "limit", "result"),
-                 [[t["target"], t["value"], t["limit"], f"**{t['result']}**"] for t in found],
-                 numeric_from=4),
+        md_table(("target", "value", "limit", "result", "note"),
+                 [[t["target"], t["value"], t["limit"], f"**{t['result']}**", t["note"]]
+                  for t in found], numeric_from=5),
         "",
         "## Settings",
         "",

@@ -107,6 +107,10 @@ def read_entries(path: Path) -> list[JournaledOutcome]:
     return [o for run_id, o in outcomes.items() if run_id not in recorded]
 
 
+def _encode(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, separators=(",", ":")) + "\n").encode()
+
+
 class Journal:
     """This node's journal file (see the module docstring)."""
 
@@ -123,19 +127,21 @@ class Journal:
         os.replace(making, self.path)
         self._pending: set[int] = set()
 
-    def _write(self, data: dict[str, Any]) -> None:
+    def _write(self, data: dict[str, Any] | bytes) -> None:
         if self._fd is None:
             return
+        line = data if isinstance(data, bytes) else _encode(data)
         try:
-            os.write(self._fd, (json.dumps(data, separators=(",", ":")) + "\n").encode())
+            os.write(self._fd, line)
         except OSError as error:  # a full disk must not lose the outcome in memory
             log.error("could not write the outcome journal %s: %s", self.path, error,
                       extra={"action": "journal_error"})
 
     def outcome(self, item: Finished) -> None:
+        line = _encode({"outcome": _entry(self.session_id, item)})  # outside the lock
         with self._lock:
             self._pending.add(item.fired.run_id)
-            self._write({"outcome": _entry(self.session_id, item)})
+            self._write(line)
 
     def recorded(self, run_ids: list[int]) -> None:
         with self._lock:

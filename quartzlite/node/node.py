@@ -58,7 +58,6 @@ import math
 import os
 import queue
 import select
-import sys
 import threading
 import time
 import uuid
@@ -148,18 +147,11 @@ class StopRequest:
             pass
 
 
-#: GIL switch interval (seconds) of a node process. A run thread that does I/O (its
-#: journal line, a Popen) gives up the GIL and may wait the whole interval to get it
-#: back while another thread computes; CPython's 5 ms default stacks up across a burst.
-SWITCH_INTERVAL_S = 0.001
-
-
 def tune_interpreter() -> None:
-    """For a node process: a shorter GIL switch interval, and everything allocated so
-    far (imports, SQLAlchemy's statement caches, the services) moved out of the cyclic
-    collector's reach, so that a full collection no longer walks it (one took ~100 ms
-    with the GIL held, under a steady load)."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    """For a node process: everything allocated so far (imports, SQLAlchemy's statement
+    caches, the services) moved out of the cyclic collector's reach, so that a full
+    collection no longer walks it (one took ~100 ms with the GIL held, every few
+    seconds under a steady load: late starts for every run due then)."""
     gc.collect()
     gc.freeze()
 
@@ -218,7 +210,7 @@ class Node:
         self.planner = SchedulePlanner()
         self.tag_sets = tag_sets(config.tags)
         self.owned = Ownership(config.capacity, self.fenced)
-        self.results: queue.Queue[Finished] = queue.Queue()
+        self.results: queue.SimpleQueue[Finished] = queue.SimpleQueue()
         self.fence_reason = ""
         #: Held while fencing marks the running executions, and while a result is
         #: judged against that mark (a guard's kill is not the job's failure).
@@ -586,9 +578,10 @@ class Node:
         while (execution := self._take()) is not None:
             self.workers.submit(functools.partial(self._work, execution))
 
-    def _take(self) -> Execution | None:
-        """The next ready run, now holding a place (its start moved on by its wait)."""
-        taken = self.owned.take()
+    def _take(self, *, free: bool = False) -> Execution | None:
+        """The next ready run, now holding a place (its start moved on by its wait);
+        ``free``: first give up the place the calling worker holds."""
+        taken = self.owned.take(free=free)
         if taken is None:
             return None
         execution, drained = taken
@@ -603,8 +596,12 @@ class Node:
         """A worker thread: run this, then, in the place it frees, the next ready run
         (no hand-over to another thread between two runs)."""
         while execution is not None:
-            self._execute(execution)
-            execution = self._take()
+            try:
+                held = self._execute(execution)
+            except Exception:  # a bug must not leak the place
+                log.exception("recording the end of a run failed")
+                held = True
+            execution = self._take(free=held)
 
 
     def _mark_started(self, execution: Execution) -> None:
@@ -613,7 +610,7 @@ class Node:
             execution.deadline = time.monotonic() + timeout
         self.stats.lateness.observe((self.db_now() - execution.fired.prepared.fire_at).total_seconds())
 
-    def _execute(self, execution: Execution) -> None:
+    def _execute(self, execution: Execution) -> bool:
         fired = execution.fired
         p = fired.prepared
         spec = p.spec
@@ -663,9 +660,11 @@ class Node:
             outcome = Outcome(status=RunStatus.FAILED, error=f"executor error: {error!r}")
         finally:
             execution.done.set()
-        self.finish(execution, outcome, dispatch=False)  # its worker takes the next run
+        # The worker still holds the place if its outcome is the one recorded (the
+        # killer may have recorded a Python run cut short, and freed the place).
+        return self.finish(execution, outcome, by_worker=True)
 
-    def finish(self, execution: Execution, outcome: Outcome, *, dispatch: bool = True) -> None:
+    def finish(self, execution: Execution, outcome: Outcome, *, by_worker: bool = False) -> bool:
         """Record a run's outcome, once: the first to claim the run wins (its worker,
         or the killer for a Python run that timed out or was killed). Even a fenced
         node records outcomes: they are facts. A shell run that ended abnormally
@@ -673,13 +672,13 @@ class Node:
         never as the job's failure: its outcome is unknown, its recovery policy
         applies."""
         if not execution.handle.claim():
-            return
-        if execution.submitted:
+            return False
+        if execution.submitted and not by_worker:
             # Its place is free at once (a Python run cut short may go on in its
-            # thread, unwatched: it holds no place).
+            # thread, unwatched: it holds no place). A worker frees its own place as
+            # it takes the next run.
             self.owned.free()
-            if dispatch:
-                self._dispatch()
+            self._dispatch()
         if execution.context is None and outcome.status is not RunStatus.SUCCEEDED:
             self.check_guard()  # a guard kill is reported before the run can end of it
         with self._fence_lock:
@@ -701,6 +700,7 @@ class Node:
             self.journal.outcome(finished)
         self.results.put(finished)
         self.results_service.wake()
+        return True
 
     def police_python_runs(self) -> None:
         """Python threads cannot be killed: a run past its timeout or asked to die is

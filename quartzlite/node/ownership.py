@@ -87,10 +87,13 @@ class Ownership:
                 p = e.fired.prepared
                 heapq.heappush(self._ready, (-p.spec.priority, p.fire_at, next(self._order), e))
 
-    def take(self) -> tuple[Execution, bool] | None:
+    def take(self, *, free: bool = False) -> tuple[Execution, bool] | None:
         """The next ready run, now holding a place (and whether the queue is empty now);
-        None when no place is free, nothing is ready, or the node is closed."""
+        None when no place is free, nothing is ready, or the node is closed. ``free``:
+        first give up a place (a worker's run ended: one lock for both)."""
         with self._places:
+            if free:
+                self.running -= 1
             if self.closed.is_set() or not self._ready or self.running >= self.capacity:
                 return None
             execution = heapq.heappop(self._ready)[3]

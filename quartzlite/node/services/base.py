@@ -49,6 +49,10 @@ class Service:
     def schedule(self, delay_s: float) -> None:
         """Run a round in ``delay_s`` seconds (or sooner, if something else asks)."""
         at = time.monotonic() + max(0.0, delay_s)
+        if at >= self._due:
+            # Due sooner already (read without the lock: a round about to run reads
+            # what the caller did before asking).
+            return
         with self._lock:
             if at >= self._due:
                 return
