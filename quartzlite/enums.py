@@ -11,10 +11,9 @@ class JobState(StrEnum):
     EXECUTING = "executing"
 
 
-#: The job state machine of the go-crontab design, written as data.
-#: idle -> prepared (scan), prepared -> executing (fire), executing -> idle (result),
-#: prepared -> idle (hand back, compensation, expiry, a paused/deleted job at fire time),
-#: executing -> idle (expiry, compensation).
+#: The job state machine of the go-crontab design, written as data. Its edges are the
+#: statements of quartzlite.storage.transitions (one per edge, named after it); a test
+#: checks the two agree.
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.IDLE: frozenset({JobState.PREPARED}),
     JobState.PREPARED: frozenset({JobState.EXECUTING, JobState.IDLE}),

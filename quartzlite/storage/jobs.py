@@ -26,7 +26,7 @@ from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import Conflict, NotFound, SchemaError, TransientStoreError, ValidationError
 from quartzlite.models import Job, JobSpec, Page, Pruned, Run, Session
-from quartzlite.storage import rows
+from quartzlite.storage import rows, transitions
 from quartzlite.storage.engine import Database, Tx
 from quartzlite.storage.tables import jobs, locks, runs, sessions
 
@@ -310,9 +310,8 @@ class JobStore:
                 "active_name": None,
                 "updated_at": func.now(6),
             }
-            if existing["state"] == JobState.PREPARED.value:
-                values.update(HAND_BACK)
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
+            transitions.hand_back(t.conn, jobs.c.id == existing["id"])
             return self._by_id(t.conn, existing["id"])
 
         return self.db.transaction(tx, name="delete_job")
@@ -327,18 +326,7 @@ class JobStore:
                 raise Conflict(f"job {name!r} is running", details={"job": name})
             if existing["paused"]:
                 raise Conflict(f"job {name!r} is paused: resume it first", details={"job": name})
-            now = db_now(t.conn)
-            t.conn.execute(
-                update(jobs)
-                .where(jobs.c.id == existing["id"])
-                .values(
-                    **HAND_BACK,
-                    next_fire_at=rows.to_db(now),
-                    next_slot_at=rows.to_db(now),
-                    next_attempt=1,
-                    updated_at=func.now(6),
-                )
-            )
+            transitions.trigger(t.conn, existing["id"], db_now(t.conn))
             return self._by_id(t.conn, existing["id"])
 
         return self.db.transaction(tx, name="trigger_job")
@@ -371,8 +359,6 @@ class JobStore:
             values: dict[str, Any] = {"paused": paused, "updated_at": func.now(6)}
             if not paused:
                 values["error"] = None  # a quarantined job is given another chance
-            if paused and existing["state"] == JobState.PREPARED.value:
-                values.update(HAND_BACK)
             if not paused and existing["state"] == JobState.IDLE.value:
                 spec = rows.spec_from_row(existing)
                 fire_at = planner(spec, db_now(t.conn))
@@ -381,6 +367,8 @@ class JobStore:
                     next_attempt=1,
                 )
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
+            if paused:
+                transitions.hand_back(t.conn, jobs.c.id == existing["id"])
             return self._by_id(t.conn, existing["id"])
 
         return self.db.transaction(tx, name="pause_job" if paused else "resume_job")
@@ -398,7 +386,7 @@ class JobStore:
         return {
             **rows.spec_values(spec),
             "active_name": spec.name,
-            "state": JobState.IDLE.value,
+            **transitions.created(),
             "next_fire_at": rows.to_db(fire_at),
             "next_slot_at": rows.to_db(fire_at),
             "next_attempt": 1,
@@ -420,7 +408,8 @@ class JobStore:
         timing_changed = (old.schedule, old.timezone) != (spec.schedule, spec.timezone)
         state = existing["state"]
         if state == JobState.PREPARED.value and (timing_changed or spec.paused or old.tags != spec.tags):
-            values.update(HAND_BACK)
+            # Its node must not run it as it was: back to the cluster, planned anew.
+            transitions.hand_back(conn, jobs.c.id == existing["id"])
             state = JobState.IDLE.value
         if state == JobState.IDLE.value and (timing_changed or (old.paused and not spec.paused)):
             fire_at = planner(spec, db_now(conn))
@@ -431,12 +420,4 @@ class JobStore:
         return self._by_id(conn, existing["id"])
 
 
-#: Columns that give a prepared job back to the cluster (idle, no owner).
-HAND_BACK: dict[str, Any] = {
-    "state": JobState.IDLE.value,
-    "owner_session": None,
-    "fire_id": None,
-    "prepared_at": None,
-}
-
-__all__ = ["HAND_BACK", "JobFilter", "JobStore", "Planner", "RunFilter"]
+__all__ = ["JobFilter", "JobStore", "Planner", "RunFilter"]

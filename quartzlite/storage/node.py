@@ -27,9 +27,10 @@ from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import Fenced, SchemaError
 from quartzlite.models import Finished, Fired, JobSpec, Prepared, Reschedule
-from quartzlite.storage import rows
+from quartzlite.storage import rows, transitions
+from quartzlite.storage.batch import update_from_rows
 from quartzlite.storage.engine import Database, RetryPolicy, Tx
-from quartzlite.storage.jobs import HAND_BACK, db_now
+from quartzlite.storage.jobs import db_now
 from quartzlite.storage.tables import jobs, locks, runs, sessions
 
 log = logging.getLogger(__name__)
@@ -156,11 +157,6 @@ class NodeStore:
         self.lock_stats.by_name[name] = self.lock_stats.by_name.get(name, 0.0) + waited
         if found is None:
             raise SchemaError(f"lock row {name!r} is missing from ql_locks: refusing to run")
-
-    def bump_job_version(self, conn: Connection) -> None:
-        conn.execute(
-            update(locks).where(locks.c.name == "job").values(version=locks.c.version + 1)
-        )
 
     # -- sessions ----------------------------------------------------------------
 
@@ -334,19 +330,8 @@ class NodeStore:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
             self._quarantine(t.conn, poisoned, now)
             if result:
-                t.conn.execute(
-                    update(jobs)
-                    .where(
-                        jobs.c.id.in_([p.job_id for p in result]),
-                        jobs.c.state == JobState.IDLE.value,
-                    )
-                    .values(
-                        state=JobState.PREPARED.value,
-                        owner_session=session_id,
-                        fire_id=func.concat(fire_prefix, jobs.c.id),
-                        prepared_at=func.now(6),
-                    )
-                )
+                transitions.prepare(t.conn, job_ids=[p.job_id for p in result],
+                                    session_id=session_id, fire_prefix=fire_prefix)
             if t.after_unknown:
                 result.extend(self._adopt(t.conn, session_id, fire_prefix, result))
             next_due = t.conn.execute(
@@ -407,19 +392,8 @@ class NodeStore:
             fire_ids = [p.fire_id for p in due]
             # The common case in one set-based statement: every job still ours, still
             # prepared under the same fire id, not paused, not deleted.
-            moved = t.conn.execute(
-                update(jobs)
-                .where(
-                    jobs.c.id.in_(ids),
-                    jobs.c.fire_id.in_(fire_ids),
-                    jobs.c.state == JobState.PREPARED.value,
-                    jobs.c.owner_session == session_id,
-                    jobs.c.paused.is_(False),
-                    jobs.c.deleted.is_(False),
-                )
-                .values(state=JobState.EXECUTING.value,
-                        started_at=func.greatest(jobs.c.next_fire_at, rows.to_db(now)))
-            ).rowcount
+            moved = transitions.fire(t.conn, job_ids=ids, fire_ids=fire_ids,
+                                     session_id=session_id, now=now)
             to_fire: list[Prepared] = due
             lost: list[int] = []
             if moved != len(due):
@@ -442,7 +416,7 @@ class NodeStore:
                     else:
                         lost.append(item.job_id)
                 if give_back:
-                    t.conn.execute(update(jobs).where(jobs.c.id.in_(give_back)).values(**HAND_BACK))
+                    transitions.hand_back(t.conn, jobs.c.id.in_(give_back))
             if to_fire:
                 # The run rows, copied server-side from the job rows (which hold the
                 # planned instant, slot and attempt): nothing per row crosses the wire.
@@ -501,10 +475,9 @@ class NodeStore:
                 except Exception as error:  # noqa: BLE001 - one job never stops a node
                     self._quarantine_ids(t.conn, [(p.job_id, p.name, p.fire_id, error)], now)
                     continue
-                t.conn.execute(
-                    update(jobs)
-                    .where(jobs.c.id == p.job_id, jobs.c.fire_id == p.fire_id)
-                    .values(**HAND_BACK, **self._next_values(plan))
+                transitions.refuse_duplicate(
+                    t.conn, job_id=p.job_id, fire_id=p.fire_id, fire_at=plan.fire_at,
+                    slot_at=plan.slot_at, attempt=plan.attempt,
                 )
             return fired, lost
 
@@ -619,15 +592,7 @@ class NodeStore:
                 assign=("status", "started_at", "ended_at", "exit_code", "output", "error"),
                 where="t.status = 'running'",
             )
-            update_from_rows(
-                t.conn, "ql_jobs", job_values, match=("id", "fire_id"),
-                assign=("last_ended_at", "next_fire_at", "next_slot_at", "next_attempt"),
-                constants=(
-                    "t.state = 'idle', t.owner_session = NULL, t.fire_id = NULL, "
-                    "t.prepared_at = NULL, t.kill_requested = 0"
-                ),
-                where="t.state = 'executing'",
-            )
+            transitions.result(t.conn, job_values)
             if missed:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
             self._quarantine(t.conn, poisoned, now)
@@ -681,18 +646,14 @@ class NodeStore:
 
     def hand_back(self, session_id: str, job_ids: Sequence[int] | None = None) -> int:
         """prepared -> idle for our prepared jobs (all, or these), so peers take them
-        at once; bumps the job version so their heartbeats wake their scanners."""
+        at their next watch."""
 
         def tx(t: Tx) -> int:
             self.lock(t.conn, "job")
-            query = update(jobs).where(
-                jobs.c.owner_session == session_id, jobs.c.state == JobState.PREPARED.value
-            )
+            where = [jobs.c.owner_session == session_id]
             if job_ids is not None:
-                query = query.where(jobs.c.id.in_(list(job_ids)))
-            count = t.conn.execute(query.values(**HAND_BACK)).rowcount
-            self.bump_job_version(t.conn)
-            return int(count)
+                where.append(jobs.c.id.in_(list(job_ids)))
+            return transitions.hand_back(t.conn, *where)
 
         return self.db.transaction(tx, name="hand_back", stop=self.stop)
 
@@ -801,12 +762,11 @@ class NodeStore:
             ).mappings().all()
             prepared = [r["id"] for r in owned if r["state"] == JobState.PREPARED.value]
             if prepared:
-                t.conn.execute(update(jobs).where(jobs.c.id.in_(prepared)).values(**HAND_BACK))
+                transitions.hand_back(t.conn, jobs.c.id.in_(prepared))
             executing = [r for r in owned if r["state"] == JobState.EXECUTING.value]
             if executing:
                 self._recover(t.conn, executing, now, planner, reason="its node's session expired")
             t.conn.execute(delete(sessions).where(sessions.c.id.in_(dead)))
-            self.bump_job_version(t.conn)
             log.warning(
                 "expired %d session(s) %s: %d prepared job(s) handed back, %d run(s) abandoned",
                 len(dead), ", ".join(dead), len(prepared), len(executing),
@@ -853,11 +813,8 @@ class NodeStore:
             missed = self._missed_rows(row["id"], spec.name, plan)
             if missed:
                 conn.execute(insert(runs).prefix_with("IGNORE"), missed)
-            conn.execute(
-                update(jobs)
-                .where(jobs.c.id == row["id"], jobs.c.fire_id == row["fire_id"])
-                .values(**HAND_BACK, kill_requested=False, **self._next_values(plan))
-            )
+            transitions.abandon(conn, job_id=row["id"], fire_id=row["fire_id"],
+                                fire_at=plan.fire_at, slot_at=plan.slot_at, attempt=plan.attempt)
         self._quarantine(conn, poisoned, now)
 
     # -- quarantine ----------------------------------------------------------------
@@ -878,13 +835,7 @@ class NodeStore:
         for job_id, name, fire_id, error in poisoned:
             reason = f"quarantined: the scheduler could not plan this job ({error!r}); it is paused"
             log.error("job %s %s", name, reason, extra={"action": "quarantined", "job": name})
-            query = update(jobs).where(jobs.c.id == job_id)
-            if fire_id is not None:
-                query = query.where(jobs.c.fire_id == fire_id)
-            conn.execute(query.values(
-                **HAND_BACK, paused=True, kill_requested=False, error=reason[:4000],
-                updated_at=rows.to_db(now),
-            ))
+            transitions.quarantine(conn, job_id=job_id, fire_id=fire_id, reason=reason, now=now)
             conn.execute(insert(runs).prefix_with("IGNORE").values(
                 job_id=job_id, job_name=name, fire_id=None, planned_at=rows.to_db(now),
                 slot_at=rows.to_db(now), attempt=1, session_id=None, node=self.node_name,
@@ -944,53 +895,4 @@ class NodeStore:
 
 
 
-#: Most bytes of values one batched UPDATE carries (output tails can be large).
-BATCH_BYTES = 2 * 1024 * 1024
-
-
-def update_from_rows(
-    conn: Connection,
-    table: str,
-    values: Sequence[dict[str, Any]],
-    *,
-    match: Sequence[str],
-    assign: Sequence[str],
-    constants: str = "",
-    where: str = "",
-) -> None:
-    """``UPDATE table t JOIN (SELECT ... UNION ALL SELECT ...) v ON <match> SET ...``:
-    many rows, each with its own values, in one statement (MySQL and MariaDB alike).
-    Chunked so that a statement stays well under ``max_allowed_packet``."""
-    columns = [*match, *assign]
-    chunk: list[dict[str, Any]] = []
-    size = 0
-    for row in values:
-        chunk.append(row)
-        size += sum(len(v) for v in row.values() if isinstance(v, str)) + 64
-        if size >= BATCH_BYTES or len(chunk) >= 1000:
-            _update_chunk(conn, table, chunk, columns, match, assign, constants, where)
-            chunk, size = [], 0
-    if chunk:
-        _update_chunk(conn, table, chunk, columns, match, assign, constants, where)
-
-
-def _update_chunk(
-    conn: Connection, table: str, chunk: Sequence[dict[str, Any]], columns: Sequence[str],
-    match: Sequence[str], assign: Sequence[str], constants: str, where: str,
-) -> None:
-    # Straight to the driver (pymysql's %s parameters): a batch has thousands of
-    # parameters, and compiling them through SQLAlchemy cost the results thread ~0.3 ms
-    # of CPU per run, with the GIL held (late starts for every other run).
-    row = "SELECT " + ", ".join("%s" for _ in columns)
-    first = "SELECT " + ", ".join(f"%s AS {c}" for c in columns)
-    selects = [first, *([row] * (len(chunk) - 1))]
-    params = tuple(item[c] for item in chunk for c in columns)
-    on = " AND ".join(f"t.{c} = v.{c}" for c in match)
-    sets = ", ".join([*(f"t.{c} = v.{c}" for c in assign), *([constants] if constants else [])])
-    sql = f"UPDATE {table} AS t JOIN ({' UNION ALL '.join(selects)}) AS v ON {on} SET {sets}"
-    if where:
-        sql += f" WHERE {where}"
-    conn.exec_driver_sql(sql, params)
-
-
-__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "Watch", "update_from_rows"]
+__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "Watch"]
