@@ -388,100 +388,116 @@ class NodeStore:
             due = [p for p in items if p.fire_at <= horizon]  # the rest stay prepared
             if not due:
                 return [], []
-            ids = [p.job_id for p in due]
-            fire_ids = [p.fire_id for p in due]
             # The common case in one set-based statement: every job still ours, still
             # prepared under the same fire id, not paused, not deleted.
-            moved = transitions.fire(t.conn, job_ids=ids, fire_ids=fire_ids,
-                                     session_id=session_id, now=now)
-            to_fire: list[Prepared] = due
-            lost: list[int] = []
-            if moved != len(due):
-                # Some were not: find out which, and why (an earlier attempt of this
-                # transaction may also have committed: those are executing already).
-                current = {
-                    r["id"]: r
-                    for r in t.conn.execute(select(*_FIRE_COLUMNS).where(jobs.c.id.in_(ids))).mappings()
-                }
-                to_fire, give_back = [], []
-                for item in due:
-                    row = current.get(item.job_id)
-                    if row is None or row["owner_session"] != session_id or row["fire_id"] != item.fire_id:
-                        lost.append(item.job_id)
-                    elif row["state"] == JobState.EXECUTING.value:
-                        to_fire.append(item)
-                    elif row["state"] == JobState.PREPARED.value and (row["paused"] or row["deleted"]):
-                        give_back.append(item.job_id)
-                        lost.append(item.job_id)
-                    else:
-                        lost.append(item.job_id)
-                if give_back:
-                    transitions.hand_back(t.conn, jobs.c.id.in_(give_back))
-            if to_fire:
-                # The run rows, copied server-side from the job rows (which hold the
-                # planned instant, slot and attempt): nothing per row crosses the wire.
-                # IGNORE: the UNIQUE (job_id, planned_at) key refuses a second run of a
-                # slot; the check below sees whose row it is.
-                # No started_at: the run has not started (it may never); its result
-                # writes when it did.
-                source = select(
-                    jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at,
-                    func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at), jobs.c.next_attempt,
-                    literal(session_id), literal(self.node_name),
-                    literal(RunStatus.RUNNING.value),
-                ).where(
-                    jobs.c.id.in_([p.job_id for p in to_fire]),
-                    jobs.c.fire_id.in_([p.fire_id for p in to_fire]),
-                    jobs.c.state == JobState.EXECUTING.value,
-                )
-                t.conn.execute(
-                    insert(runs).prefix_with("IGNORE").from_select(
-                        ["job_id", "job_name", "fire_id", "planned_at", "slot_at", "attempt",
-                         "session_id", "node", "status"],
-                        source,
-                    )
-                )
-            candidates = to_fire
-            if not candidates:
+            moved = transitions.fire(t.conn, job_ids=[p.job_id for p in due],
+                                     fire_ids=[p.fire_id for p in due], session_id=session_id,
+                                     now=now)
+            to_fire, lost = (due, []) if moved == len(due) else self._sort_out(t.conn, due, session_id)
+            if not to_fire:
                 return [], lost
-            stored = {
-                (r["job_id"], utc(r["planned_at"])): r
-                for r in t.conn.execute(
-                    select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id)
-                    .where(
-                        runs.c.job_id.in_([p.job_id for p in candidates]),
-                        runs.c.planned_at.in_({rows.to_db(p.fire_at) for p in candidates}),
-                    )
-                ).mappings()
-            }
-            fired: list[Fired] = []
-            duplicates: list[Prepared] = []
-            for p in candidates:
-                run = stored.get((p.job_id, p.fire_at))
-                if run is None or run["fire_id"] != p.fire_id:
-                    duplicates.append(p)
-                else:
-                    fired.append(Fired(prepared=p, run_id=run["id"], fired_at=now))
-            for p in duplicates:
-                # The slot already has a run (the UNIQUE key refused ours): never run
-                # it again; move the job on to its next slot.
-                log.warning(
-                    "slot %s of job %s already ran; skipping it", p.fire_at.isoformat(), p.name,
-                    extra={"action": "duplicate_refused", "job": p.name},
-                )
-                lost.append(p.job_id)
-                try:
-                    plan = planner.skip(p.spec, p.fire_at, now)
-                except Exception as error:  # noqa: BLE001 - one job never stops a node
-                    self._quarantine_ids(t.conn, [(p.job_id, p.name, p.fire_id, error)], now)
-                    continue
-                transitions.refuse_duplicate(
-                    t.conn, job_id=p.job_id, fire_id=p.fire_id, fire_at=plan.fire_at,
-                    slot_at=plan.slot_at, attempt=plan.attempt,
-                )
-            return fired, lost
+            self._insert_runs(t.conn, to_fire, session_id)
+            fired, duplicates = self._match_runs(t.conn, to_fire, now)
+            self._refuse_duplicates(t.conn, duplicates, planner, now)
+            return fired, lost + [p.job_id for p in duplicates]
 
         return self.db.transaction(tx, name="fire", stop=self.stop)
+
+    def _sort_out(
+        self, conn: Connection, due: Sequence[Prepared], session_id: str
+    ) -> tuple[list[Prepared], list[int]]:
+        """Not every due job moved to executing: which ones did (an earlier attempt of
+        this transaction may have committed them), and which this node lost (taken
+        over, or paused or deleted meanwhile: those are handed back)."""
+        current = {
+            r["id"]: r
+            for r in conn.execute(
+                select(*_FIRE_COLUMNS).where(jobs.c.id.in_([p.job_id for p in due]))
+            ).mappings()
+        }
+        to_fire: list[Prepared] = []
+        lost: list[int] = []
+        give_back: list[int] = []
+        for item in due:
+            row = current.get(item.job_id)
+            if row is None or row["owner_session"] != session_id or row["fire_id"] != item.fire_id:
+                lost.append(item.job_id)
+            elif row["state"] == JobState.EXECUTING.value:
+                to_fire.append(item)
+            else:
+                lost.append(item.job_id)
+                if row["state"] == JobState.PREPARED.value and (row["paused"] or row["deleted"]):
+                    give_back.append(item.job_id)
+        if give_back:
+            transitions.hand_back(conn, jobs.c.id.in_(give_back))
+        return to_fire, lost
+
+    def _insert_runs(self, conn: Connection, to_fire: Sequence[Prepared], session_id: str) -> None:
+        """The run rows, copied server-side from the job rows (which hold the planned
+        instant, slot and attempt): nothing per row crosses the wire. IGNORE: the UNIQUE
+        (job_id, planned_at) key refuses a second run of a slot (:meth:`_match_runs`
+        sees whose row it is). No started_at: the run has not started (it may never);
+        its result writes when it did."""
+        source = select(
+            jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at,
+            func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at), jobs.c.next_attempt,
+            literal(session_id), literal(self.node_name), literal(RunStatus.RUNNING.value),
+        ).where(
+            jobs.c.id.in_([p.job_id for p in to_fire]),
+            jobs.c.fire_id.in_([p.fire_id for p in to_fire]),
+            jobs.c.state == JobState.EXECUTING.value,
+        )
+        conn.execute(
+            insert(runs).prefix_with("IGNORE").from_select(
+                ["job_id", "job_name", "fire_id", "planned_at", "slot_at", "attempt",
+                 "session_id", "node", "status"],
+                source,
+            )
+        )
+
+    @staticmethod
+    def _match_runs(
+        conn: Connection, to_fire: Sequence[Prepared], now: datetime
+    ) -> tuple[list[Fired], list[Prepared]]:
+        """Each fired job's run row: ours (fired), or another fire's (a duplicate slot)."""
+        stored = {
+            (r["job_id"], utc(r["planned_at"])): r
+            for r in conn.execute(
+                select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id).where(
+                    runs.c.job_id.in_([p.job_id for p in to_fire]),
+                    runs.c.planned_at.in_({rows.to_db(p.fire_at) for p in to_fire}),
+                )
+            ).mappings()
+        }
+        fired: list[Fired] = []
+        duplicates: list[Prepared] = []
+        for p in to_fire:
+            run = stored.get((p.job_id, p.fire_at))
+            if run is None or run["fire_id"] != p.fire_id:
+                duplicates.append(p)
+            else:
+                fired.append(Fired(prepared=p, run_id=run["id"], fired_at=now))
+        return fired, duplicates
+
+    def _refuse_duplicates(
+        self, conn: Connection, duplicates: Sequence[Prepared], planner: Planner, now: datetime
+    ) -> None:
+        """The slot already has a run (the UNIQUE key refused ours): never run it again;
+        move the job on to its next slot."""
+        for p in duplicates:
+            log.warning(
+                "slot %s of job %s already ran; skipping it", p.fire_at.isoformat(), p.name,
+                extra={"action": "duplicate_refused", "job": p.name},
+            )
+            try:
+                plan = planner.skip(p.spec, p.fire_at, now)
+            except Exception as error:  # noqa: BLE001 - one job never stops a node
+                self._quarantine_ids(conn, [(p.job_id, p.name, p.fire_id, error)], now)
+                continue
+            transitions.refuse_duplicate(
+                conn, job_id=p.job_id, fire_id=p.fire_id, fire_at=plan.fire_at,
+                slot_at=plan.slot_at, attempt=plan.attempt,
+            )
 
     def start_check(self, session_id: str, items: Sequence[Prepared]) -> StartCheck:
         """At the instant of runs fired ahead of it: the database clock, and those whose
