@@ -162,13 +162,23 @@ def test_sigkill_node_work_moves_to_survivors(
         survivors = [start(f"s{i}", options={"capacity": "100"}) for i in range(2)]
         wait_until(lambda: db.live_sessions() == 3, timeout=60, message="3 sessions")
         t0 = db_now(db)
-        victim_session = db.scalar(
-            "SELECT owner_session FROM ql_jobs WHERE owner_session IS NOT NULL "
-            "GROUP BY owner_session ORDER BY COUNT(*) DESC LIMIT 1"
-        )
-        victim_pid = int(db.scalar("SELECT pid FROM ql_sessions WHERE id=:s", s=victim_session))
+
+        def busiest() -> tuple[str, int, set[str]] | None:
+            """The session owning the most jobs, its pid and their names (None at a
+            moment when every job is between two runs: a loaded machine finds some)."""
+            top = db.rows(
+                "SELECT s.id, s.pid FROM ql_jobs j JOIN ql_sessions s ON s.id = j.owner_session "
+                "GROUP BY s.id, s.pid ORDER BY COUNT(*) DESC LIMIT 1"
+            )
+            if not top:
+                return None
+            names = {r[0] for r in db.rows("SELECT name FROM ql_jobs WHERE owner_session=:s",
+                                           s=top[0].id)}
+            return (top[0].id, int(top[0].pid), names) if names else None
+
+        victim_session, victim_pid, owned = wait_until(busiest, timeout=30,
+                                                       message="a node owning jobs")
         target = next(n for n in (victim, *survivors) if n.pid == victim_pid)
-        owned = {r[0] for r in db.rows("SELECT name FROM ql_jobs WHERE owner_session=:s", s=victim_session)}
         target.signal(signal.SIGKILL)
         killed_at = db_now(db)
         assert owned, "the victim owned jobs when it died"
