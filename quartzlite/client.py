@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -24,14 +23,17 @@ from quartzlite.storage import migrate
 from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.engine import Database
 from quartzlite.storage.jobs import JobFilter, JobStore, RunFilter
+from quartzlite.validation import (
+    type_name,
+    validate_callable,
+    validate_name,
+    validate_tags,
+    validate_token_name,
+)
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-TAG_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
-CALLABLE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_BACKOFF_S = 24 * 3600.0
 MAX_ATTEMPTS = 100
-MAX_TAGS = 8
 MAX_COMMAND_BYTES = 65_535
 MAX_KWARGS_BYTES = 65_535
 MAX_PAGE = 1000
@@ -41,21 +43,9 @@ E = TypeVar("E", MisfirePolicy, RecoveryPolicy)
 SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 
-def _type_name(value: object) -> str:
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
-
-
 def _string(field: str, value: object, *, max_len: int, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
-        raise ValidationError(field, f"must be a string, not {_type_name(value)}")
+        raise ValidationError(field, f"must be a string, not {type_name(value)}")
     if not allow_empty and not value.strip():
         raise ValidationError(field, "must not be empty")
     if len(value) > max_len:
@@ -65,7 +55,7 @@ def _string(field: str, value: object, *, max_len: int, allow_empty: bool = Fals
 
 def _number(field: str, value: object, *, low: float, high: float, low_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValidationError(field, f"must be a number, not {_type_name(value)}")
+        raise ValidationError(field, f"must be a number, not {type_name(value)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond the range of a float
@@ -83,7 +73,7 @@ def _integer(field: str, value: object, *, low: int, high: int) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ValidationError(field, f"must be an integer, not {_type_name(value)}")
+            raise ValidationError(field, f"must be an integer, not {type_name(value)}")
     if not low <= value <= high:
         raise ValidationError(field, f"must be between {low} and {high}, got {value}")
     return value
@@ -98,39 +88,6 @@ def _choice(field: str, value: object, enum: type[E]) -> E:
     return enum(value)
 
 
-def validate_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise ValidationError("name", f"must be a string, not {_type_name(name)}")
-    if not NAME_RE.match(name):
-        if not name:
-            raise ValidationError("name", "must not be empty")
-        if len(name) > 128:
-            raise ValidationError("name", f"must be at most 128 characters, got {len(name)}")
-        raise ValidationError(
-            "name",
-            "may contain only letters, digits, '.', '_' and '-', and must start with a "
-            f"letter or digit: {name!r}",
-        )
-    return name
-
-
-def validate_tags(field: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [t.strip() for t in value.split(",") if t.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise ValidationError(field, f"must be a list of strings, not {_type_name(value)}")
-    tags: list[str] = []
-    for tag in value:
-        if not isinstance(tag, str) or not TAG_RE.match(tag):
-            raise ValidationError(
-                field,
-                f"tag {tag!r} must be 1-32 lower-case letters, digits, '.', '_' or '-', "
-                "starting with a letter or digit",
-            )
-        tags.append(tag)
-    if len(set(tags)) > MAX_TAGS:
-        raise ValidationError(field, f"at most {MAX_TAGS} tags, got {len(set(tags))}")
-    return tuple(sorted(set(tags)))
 
 
 def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSpec:
@@ -139,7 +96,7 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
     Raises :class:`ValidationError` naming the first bad field.
     """
     if not isinstance(data, Mapping):
-        raise ValidationError("body", f"must be an object, not {_type_name(data)}")
+        raise ValidationError("body", f"must be an object, not {type_name(data)}")
     unknown = sorted(set(data) - set(SPEC_FIELDS))
     if unknown:
         raise ValidationError(
@@ -179,12 +136,9 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
             raise ValidationError("kwargs", "only a callable takes kwargs")
     else:
         target = _string("callable", target, max_len=255)
-        if not CALLABLE_RE.match(target):
-            raise ValidationError(
-                "callable", f"must look like package.module:function, got {target!r}"
-            )
+        validate_callable(target)
     if not isinstance(kwargs, dict):
-        raise ValidationError("kwargs", f"must be an object, not {_type_name(kwargs)}")
+        raise ValidationError("kwargs", f"must be an object, not {type_name(kwargs)}")
     try:
         # Keep kwargs as they come back from storage (JSON: string keys, lists for
         # tuples), so that re-publishing the same definition compares equal, and so
@@ -207,7 +161,7 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         raise ValidationError("retry_max_backoff_s", "must be at least retry_backoff_s")
     paused = merged.get("paused", False)
     if not isinstance(paused, bool):
-        raise ValidationError("paused", f"must be a boolean, not {_type_name(paused)}")
+        raise ValidationError("paused", f"must be a boolean, not {type_name(paused)}")
     return JobSpec(
         name=name,
         schedule=parsed.expression,
@@ -247,15 +201,6 @@ def _limit(limit: int) -> int:
 
 #: Audit details (JSON) longer than this are replaced by a note saying so.
 MAX_AUDIT_DETAILS_BYTES = 60_000
-
-
-def _token_name(name: object) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > 64:
-        raise ValidationError(
-            "name", "a token name is 1-64 letters, digits, '.', '_' or '-', starting with a "
-            f"letter or digit: {name!r}",
-        )
-    return name
 
 
 def _role(role: object) -> Role:
@@ -462,7 +407,7 @@ class SchedulerClient:
     def create_token(self, name: str, role: Role | str) -> tuple[Token, str]:
         """Create an API token; returns it with its secret, which is stored hashed and
         cannot be shown again. :class:`Conflict` when the name is taken."""
-        name = _token_name(name)
+        name = validate_token_name(name)
         secret = auth.new_secret()
         created = TokenStore(self.db).create(
             name=name, role=_role(role), token_hash=auth.hash_secret(secret)
@@ -473,7 +418,7 @@ class SchedulerClient:
     def ensure_token(self, name: str, role: Role | str = Role.ADMIN) -> tuple[Token, str] | None:
         """Create a token only when none exists (``make run``'s first start); None when
         one exists already."""
-        name = _token_name(name)
+        name = validate_token_name(name)
         secret = auth.new_secret()
         created = TokenStore(self.db).create(
             name=name, role=_role(role), token_hash=auth.hash_secret(secret), only_if_none=True
@@ -488,7 +433,7 @@ class SchedulerClient:
 
     def revoke_token(self, name: str) -> Token:
         """Delete a token; requests carrying it are refused from now on."""
-        return TokenStore(self.db).revoke(_token_name(name))
+        return TokenStore(self.db).revoke(validate_token_name(name))
 
     def authenticate(self, secret: str | None) -> Token:
         """The token a secret belongs to; :class:`AuthError` when missing or unknown."""

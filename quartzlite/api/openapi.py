@@ -14,10 +14,10 @@ from quartzlite.client import (
     MAX_BACKOFF_S,
     MAX_COMMAND_BYTES,
     MAX_PAGE,
-    MAX_TAGS,
     MAX_TIMEOUT_S,
 )
 from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
+from quartzlite.validation import MAX_TAGS, NAME_PATTERN, TAG_PATTERN
 
 from .auth import public
 
@@ -25,8 +25,6 @@ bp = Blueprint("openapi", __name__)
 
 Schema = dict[str, Any]
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-TAG_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
 CALLABLE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify
 
 from quartzlite import codec
-from quartzlite.client import validate_name
 from quartzlite.errors import ValidationError
 from quartzlite.models import Run
+from quartzlite.validation import validate_name
 
 from . import serialize
 from .context import get_client

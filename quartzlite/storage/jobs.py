@@ -31,7 +31,7 @@ from quartzlite.storage.engine import Database, Tx
 from quartzlite.storage.tables import jobs, locks, runs, sessions
 
 #: Given a spec and the database's now, the first instant it should fire (None: never).
-Planner = Callable[[JobSpec, datetime], datetime | None]
+FirstFire = Callable[[JobSpec, datetime], datetime | None]
 
 
 def take_job_lock(conn: Connection) -> None:
@@ -225,7 +225,7 @@ class JobStore:
 
     # -- writes ------------------------------------------------------------------
 
-    def add(self, spec: JobSpec, planner: Planner) -> Job:
+    def add(self, spec: JobSpec, planner: FirstFire) -> Job:
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
             existing = self._find(t.conn, spec.name)
@@ -237,7 +237,7 @@ class JobStore:
 
         return self.db.transaction(tx, name="add_job")
 
-    def add_many(self, specs: Sequence[JobSpec], planner: Planner) -> int:
+    def add_many(self, specs: Sequence[JobSpec], planner: FirstFire) -> int:
         """Insert many new jobs in one transaction (all or nothing); the bulk path."""
 
         def tx(t: Tx) -> int:
@@ -267,7 +267,7 @@ class JobStore:
 
         return self.db.transaction(tx, name="add_jobs", retry=None)
 
-    def upsert(self, spec: JobSpec, planner: Planner) -> tuple[Job, bool]:
+    def upsert(self, spec: JobSpec, planner: FirstFire) -> tuple[Job, bool]:
         """Create or replace by name. Returns the job and whether anything changed;
         publishing the same definition twice changes nothing (not even updated_at)."""
 
@@ -283,7 +283,7 @@ class JobStore:
         return self.db.transaction(tx, name="upsert_job")
 
     def update(
-        self, name: str, change: Callable[[JobSpec], JobSpec], planner: Planner
+        self, name: str, change: Callable[[JobSpec], JobSpec], planner: FirstFire
     ) -> tuple[Job, bool]:
         """Apply ``change`` (which validates, and may raise) to the stored spec."""
 
@@ -346,7 +346,7 @@ class JobStore:
 
         return self.db.transaction(tx, name="kill_job")
 
-    def set_paused(self, name: str, paused: bool, planner: Planner) -> Job:
+    def set_paused(self, name: str, paused: bool, planner: FirstFire) -> Job:
         """Pause: a prepared job is taken back from its node, a run fired ahead of its
         instant does not start (its node checks at the instant), a running one finishes.
         Resume: the next fire is planned from now; slots while paused are not due."""
@@ -381,7 +381,7 @@ class JobStore:
     def _by_id(self, conn: Connection, job_id: int) -> Job:
         return rows.job_from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().one())
 
-    def _insert_values(self, spec: JobSpec, planner: Planner, now: datetime) -> dict[str, Any]:
+    def _insert_values(self, spec: JobSpec, planner: FirstFire, now: datetime) -> dict[str, Any]:
         fire_at = planner(spec, now)
         return {
             **rows.spec_values(spec),
@@ -394,13 +394,13 @@ class JobStore:
             "updated_at": rows.to_db(now),
         }
 
-    def _insert(self, conn: Connection, spec: JobSpec, planner: Planner) -> Job:
+    def _insert(self, conn: Connection, spec: JobSpec, planner: FirstFire) -> Job:
         result = conn.execute(jobs.insert().values(**self._insert_values(spec, planner, db_now(conn))))
         key = result.inserted_primary_key
         assert key is not None
         return self._by_id(conn, int(key[0]))
 
-    def _replace(self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: Planner) -> Job:
+    def _replace(self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: FirstFire) -> Job:
         old = rows.spec_from_row(existing)
         values: dict[str, Any] = {**rows.spec_values(spec), "updated_at": func.now(6)}
         if not spec.paused:
@@ -420,4 +420,4 @@ class JobStore:
         return self._by_id(conn, existing["id"])
 
 
-__all__ = ["JobFilter", "JobStore", "Planner", "RunFilter"]
+__all__ = ["FirstFire", "JobFilter", "JobStore", "RunFilter"]

@@ -1,0 +1,92 @@
+"""The shapes of names, tags and callables, in one place: the client checks them (and
+through it the API and the CLI), and the OpenAPI document publishes the same patterns.
+A bad value is a :class:`~quartzlite.errors.ValidationError` naming the field and the
+reason."""
+
+from __future__ import annotations
+
+import re
+
+from quartzlite.errors import ValidationError
+
+#: A job name (also run filters, tokens: at most 64 for those).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+#: One tag of a job or a node.
+TAG_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
+#: ``package.module:function`` (attributes allowed on both sides).
+CALLABLE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+NAME_RE = re.compile(NAME_PATTERN)
+TAG_RE = re.compile(TAG_PATTERN)
+CALLABLE_RE = re.compile(CALLABLE_PATTERN)
+MAX_TAGS = 8
+MAX_TOKEN_NAME = 64
+
+
+def type_name(value: object) -> str:
+    """How an error message names the type of a JSON-like value."""
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def validate_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise ValidationError("name", f"must be a string, not {type_name(name)}")
+    if not NAME_RE.match(name):
+        if not name:
+            raise ValidationError("name", "must not be empty")
+        if len(name) > 128:
+            raise ValidationError("name", f"must be at most 128 characters, got {len(name)}")
+        raise ValidationError(
+            "name",
+            "may contain only letters, digits, '.', '_' and '-', and must start with a "
+            f"letter or digit: {name!r}",
+        )
+    return name
+
+
+def validate_tags(field: str, value: object) -> tuple[str, ...]:
+    """A list (or comma-separated string) of tags, sorted and without repeats."""
+    if isinstance(value, str):
+        value = [t.strip() for t in value.split(",") if t.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ValidationError(field, f"must be a list of strings, not {type_name(value)}")
+    tags: list[str] = []
+    for tag in value:
+        if not isinstance(tag, str) or not TAG_RE.match(tag):
+            raise ValidationError(
+                field,
+                f"tag {tag!r} must be 1-32 lower-case letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit",
+            )
+        tags.append(tag)
+    if len(set(tags)) > MAX_TAGS:
+        raise ValidationError(field, f"at most {MAX_TAGS} tags, got {len(set(tags))}")
+    return tuple(sorted(set(tags)))
+
+
+def validate_callable(target: str) -> str:
+    if not CALLABLE_RE.match(target):
+        raise ValidationError("callable", f"must look like package.module:function, got {target!r}")
+    return target
+
+
+def validate_token_name(name: object) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > MAX_TOKEN_NAME:
+        raise ValidationError(
+            "name", f"a token name is 1-{MAX_TOKEN_NAME} letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit: {name!r}",
+        )
+    return name
+
+
+__all__ = [
+    "CALLABLE_PATTERN", "MAX_TAGS", "NAME_PATTERN", "TAG_PATTERN", "type_name",
+    "validate_callable", "validate_name", "validate_tags", "validate_token_name",
+]
