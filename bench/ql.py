@@ -19,6 +19,7 @@ from typing import Any
 from bench import util
 from bench.util import LOG_DIR, NodeProcess, Server, Window, log
 from bench.wire import CountingProxy
+from tests.cluster.harness import wait_until
 
 #: The settings every table states (NodeConfig names).
 SHOWN = ("capacity", "look_ahead_s", "fire_ahead_s", "poll_interval_s", "heartbeat_interval_s",
@@ -105,7 +106,7 @@ class Cluster:
         for i in range(count):
             self.nodes.append(NodeProcess(self.database, f"{self.name}-node{i + 1}", passed,
                                           launcher=launcher, port=port))
-        util.wait_until(self.sessions_ready, timeout=30, what=f"{count} node session(s)")
+        wait_until(self.sessions_ready, timeout=30, message=f"{count} node session(s)")
         for node in self.nodes:
             node.find_guard()
         return self.nodes

@@ -20,6 +20,8 @@ from typing import Any
 
 import pymysql
 
+from tests.cluster.harness import pid_alive, wait_until  # shared with the test harness
+
 ROOT = Path(__file__).resolve().parents[1]
 LOG_DIR = ROOT / "bench" / "logs"
 PY = sys.executable
@@ -92,7 +94,7 @@ class Server:
             if error.args and error.args[0] not in (0, 2003, 2006, 2013):
                 raise
             log(f"lost the server ({error}); connecting again")
-            wait_until(self._reconnect, timeout=60, interval=1.0, what="the MySQL server")
+            wait_until(self._reconnect, timeout=60, interval=1.0, message="the MySQL server")
             with self.conn.cursor() as cur:
                 cur.execute(sql, args)
                 return list(cur.fetchall())
@@ -381,7 +383,7 @@ _SERVER_PID: list[int | None] = []
 
 def server_pid() -> int | None:
     """The local MySQL/MariaDB server process, if it runs on this machine."""
-    if _SERVER_PID and _SERVER_PID[0] is not None and not alive(_SERVER_PID[0]):
+    if _SERVER_PID and _SERVER_PID[0] is not None and not pid_alive(_SERVER_PID[0]):
         _SERVER_PID.clear()  # the server restarted
     if not _SERVER_PID:
         found = None
@@ -409,14 +411,6 @@ def children(pid: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append(int(entry.name))
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def thread_count(pid: int) -> int:
@@ -502,9 +496,9 @@ class NodeProcess:
             pass
         if guard is not None:
             deadline = time.monotonic() + 5
-            while alive(guard) and time.monotonic() < deadline:
+            while pid_alive(guard) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if alive(guard):
+            if pid_alive(guard):
                 os.kill(guard, signal.SIGKILL)
         self._log.close()
         return self.proc.returncode
@@ -520,18 +514,7 @@ def wait_server(timeout: float = 120) -> None:
             return False
         return True
 
-    wait_until(answers, timeout=timeout, interval=1.0, what="the MySQL server")
-
-
-def wait_until(predicate: Any, timeout: float, interval: float = 0.1, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
+    wait_until(answers, timeout=timeout, interval=1.0, message="the MySQL server")
 
 
 def sleep_until(epoch: float) -> None:

@@ -38,7 +38,6 @@ def wait_until(
 ) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
-    last: Any = None
     while True:
         last = predicate()
         if last:
