@@ -189,10 +189,10 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
 
 def first_fire(spec: JobSpec, now: datetime) -> datetime | None:
     """The first instant a new (or rescheduled) job fires: its next slot after now."""
-    fire_at = schedules.parse_schedule(spec.schedule, spec.timezone).next_after(now)
-    if fire_at is None:
+    planned_at = schedules.parse_schedule(spec.schedule, spec.timezone).next_after(now)
+    if planned_at is None:
         raise ValidationError("schedule", f"{spec.schedule!r} never fires after now ({now.isoformat()})")
-    return fire_at
+    return planned_at
 
 
 def _limit(limit: int) -> int:

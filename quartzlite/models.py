@@ -138,7 +138,7 @@ class Reschedule:
     schedule slot that instant belongs to, the attempt number, and the slots to record
     as ``missed`` on the way."""
 
-    fire_at: datetime | None
+    planned_at: datetime | None
     slot_at: datetime | None
     attempt: int = 1
     missed: tuple[datetime, ...] = ()
@@ -153,7 +153,7 @@ class Prepared:
     job_id: int
     name: str
     fire_id: str
-    fire_at: datetime
+    planned_at: datetime
     slot_at: datetime
     attempt: int
     spec: JobSpec

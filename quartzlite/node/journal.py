@@ -48,7 +48,7 @@ class JournaledOutcome:
     job_id: int
     name: str
     fire_id: str
-    fire_at: datetime
+    planned_at: datetime
     slot_at: datetime
     attempt: int
     fired_at: datetime
@@ -62,7 +62,7 @@ def _entry(session_id: str, item: Finished) -> dict[str, Any]:
     o = item.outcome
     return {
         "session_id": session_id, "run_id": item.fired.run_id, "job_id": p.job_id,
-        "name": p.name, "fire_id": p.fire_id, "fire_at": p.fire_at.isoformat(),
+        "name": p.name, "fire_id": p.fire_id, "planned_at": p.planned_at.isoformat(),
         "slot_at": p.slot_at.isoformat(), "attempt": p.attempt,
         "fired_at": item.fired.fired_at.isoformat(), "status": o.status.value,
         "exit_code": o.exit_code, "output": o.output, "error": o.error,
@@ -76,7 +76,8 @@ def _from_entry(data: dict[str, Any]) -> JournaledOutcome:
     return JournaledOutcome(
         session_id=str(data["session_id"]), run_id=int(data["run_id"]),
         job_id=int(data["job_id"]), name=str(data["name"]), fire_id=str(data["fire_id"]),
-        fire_at=datetime.fromisoformat(data["fire_at"]),
+        # "fire_at": journals written before the planned instant had one name
+        planned_at=datetime.fromisoformat(data.get("planned_at") or data["fire_at"]),
         slot_at=datetime.fromisoformat(data["slot_at"]), attempt=int(data["attempt"]),
         fired_at=datetime.fromisoformat(data["fired_at"]),
         outcome=Outcome(

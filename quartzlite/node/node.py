@@ -562,7 +562,7 @@ class Node:
         if p.spec.target_kind is TargetKind.PYTHON:
             execution.context = RunContext(
                 job=p.name, fire_id=p.fire_id, run_id=fired.run_id,
-                planned_at=p.fire_at, slot_at=p.slot_at, attempt=p.attempt,
+                planned_at=p.planned_at, slot_at=p.slot_at, attempt=p.attempt,
             )
         self.owned.executing[p.job_id] = execution
         return execution
@@ -608,7 +608,7 @@ class Node:
         timeout = execution.fired.prepared.spec.timeout_s
         if timeout is not None and execution.context is not None:
             execution.deadline = time.monotonic() + timeout
-        self.stats.lateness.observe((self.db_now() - execution.fired.prepared.fire_at).total_seconds())
+        self.stats.lateness.observe((self.db_now() - execution.fired.prepared.planned_at).total_seconds())
 
     def _execute(self, execution: Execution) -> bool:
         fired = execution.fired
@@ -633,7 +633,7 @@ class Node:
                         "QUARTZLITE_JOB": p.name,
                         "QUARTZLITE_FIRE_ID": p.fire_id,
                         "QUARTZLITE_RUN_ID": str(fired.run_id),
-                        "QUARTZLITE_PLANNED_AT": p.fire_at.isoformat(),
+                        "QUARTZLITE_PLANNED_AT": p.planned_at.isoformat(),
                         "QUARTZLITE_SLOT_AT": p.slot_at.isoformat(),
                         "QUARTZLITE_ATTEMPT": str(p.attempt),
                     },

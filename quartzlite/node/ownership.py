@@ -85,7 +85,7 @@ class Ownership:
             for e in executions:
                 e.released_mono = now
                 p = e.fired.prepared
-                heapq.heappush(self._ready, (-p.spec.priority, p.fire_at, next(self._order), e))
+                heapq.heappush(self._ready, (-p.spec.priority, p.planned_at, next(self._order), e))
 
     def take(self, *, free: bool = False) -> tuple[Execution, bool] | None:
         """The next ready run, now holding a place (and whether the queue is empty now);

@@ -42,7 +42,7 @@ class SchedulePlanner:
             grace_s=spec.misfire_grace_s,
         )
         return Reschedule(
-            fire_at=plan.next_fire_at,
+            planned_at=plan.next_fire_at,
             slot_at=plan.next_fire_at,
             attempt=1,
             missed=tuple(plan.missed),
@@ -56,17 +56,17 @@ class SchedulePlanner:
         reason = f"misfired: not fired within misfire_grace_s ({spec.misfire_grace_s:g}s)"
         later = self._next(spec, slot_at, now, reason)
         cutoff = now - timedelta(seconds=spec.misfire_grace_s)
-        later_misfired = later.fire_at is not None and later.fire_at <= cutoff
+        later_misfired = later.planned_at is not None and later.planned_at <= cutoff
         if spec.misfire_policy is MisfirePolicy.FIRE_ONCE:
             if later_misfired:
                 return Reschedule(
-                    fire_at=later.fire_at, slot_at=later.slot_at,
+                    planned_at=later.planned_at, slot_at=later.slot_at,
                     missed=(slot_at, *later.missed), missed_more=later.missed_more,
                     missed_reason=later.missed_reason,
                 )
-            return Reschedule(fire_at=slot_at, slot_at=slot_at)
+            return Reschedule(planned_at=slot_at, slot_at=slot_at)
         return Reschedule(
-            fire_at=later.fire_at, slot_at=later.slot_at,
+            planned_at=later.planned_at, slot_at=later.slot_at,
             missed=(slot_at, *later.missed), missed_more=later.missed_more,
             missed_reason=later.missed_reason,
         )
@@ -77,7 +77,7 @@ class SchedulePlanner:
         if status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and prepared.attempt < spec.max_attempts:
             delay = backoff_s(spec, prepared.attempt, self.rng)
             return Reschedule(
-                fire_at=now + timedelta(seconds=delay),
+                planned_at=now + timedelta(seconds=delay),
                 slot_at=prepared.slot_at,
                 attempt=prepared.attempt + 1,
             )
@@ -90,7 +90,7 @@ class SchedulePlanner:
             spec.recovery_policy is RecoveryPolicy.RERUN
             and attempt < spec.max_attempts + RECOVERY_RERUNS
         ):
-            return Reschedule(fire_at=now, slot_at=slot_at, attempt=attempt + 1)
+            return Reschedule(planned_at=now, slot_at=slot_at, attempt=attempt + 1)
         return self._next(spec, slot_at, now, "came due while its node was lost")
 
     def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:

@@ -361,9 +361,9 @@ class JobStore:
                 values["error"] = None  # a quarantined job is given another chance
             if not paused and existing["state"] == JobState.IDLE.value:
                 spec = rows.spec_from_row(existing)
-                fire_at = planner(spec, db_now(t.conn))
+                planned_at = planner(spec, db_now(t.conn))
                 values.update(
-                    next_fire_at=rows.to_db(fire_at), next_slot_at=rows.to_db(fire_at),
+                    next_fire_at=rows.to_db(planned_at), next_slot_at=rows.to_db(planned_at),
                     next_attempt=1,
                 )
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
@@ -382,13 +382,13 @@ class JobStore:
         return rows.job_from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().one())
 
     def _insert_values(self, spec: JobSpec, planner: FirstFire, now: datetime) -> dict[str, Any]:
-        fire_at = planner(spec, now)
+        planned_at = planner(spec, now)
         return {
             **rows.spec_values(spec),
             "active_name": spec.name,
             **transitions.created(),
-            "next_fire_at": rows.to_db(fire_at),
-            "next_slot_at": rows.to_db(fire_at),
+            "next_fire_at": rows.to_db(planned_at),
+            "next_slot_at": rows.to_db(planned_at),
             "next_attempt": 1,
             "created_at": rows.to_db(now),
             "updated_at": rows.to_db(now),
@@ -412,9 +412,9 @@ class JobStore:
             transitions.hand_back(conn, jobs.c.id == existing["id"])
             state = JobState.IDLE.value
         if state == JobState.IDLE.value and (timing_changed or (old.paused and not spec.paused)):
-            fire_at = planner(spec, db_now(conn))
+            planned_at = planner(spec, db_now(conn))
             values.update(
-                next_fire_at=rows.to_db(fire_at), next_slot_at=rows.to_db(fire_at), next_attempt=1
+                next_fire_at=rows.to_db(planned_at), next_slot_at=rows.to_db(planned_at), next_attempt=1
             )
         conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
         return self._by_id(conn, existing["id"])

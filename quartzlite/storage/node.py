@@ -305,23 +305,23 @@ class NodeStore:
             for row in found:
                 try:
                     spec = rows.spec_from_row(row)
-                    fire_at = utc(row["next_fire_at"])
+                    planned_at = utc(row["next_fire_at"])
                     slot_at = utc(row["next_slot_at"] or row["next_fire_at"])
                     attempt = row["next_attempt"]
-                    if attempt == 1 and fire_at < now - timedelta(seconds=spec.misfire_grace_s):
+                    if attempt == 1 and planned_at < now - timedelta(seconds=spec.misfire_grace_s):
                         plan = planner.misfire(spec, slot_at, now)
                         missed.extend(self._missed_rows(row["id"], spec.name, plan))
                         moved.append(self._reschedule_values(row["id"], plan))
-                        if plan.fire_at is None or plan.fire_at > horizon or plan.slot_at is None:
+                        if plan.planned_at is None or plan.planned_at > horizon or plan.slot_at is None:
                             continue
-                        fire_at, slot_at, attempt = plan.fire_at, plan.slot_at, plan.attempt
+                        planned_at, slot_at, attempt = plan.planned_at, plan.slot_at, plan.attempt
                 except Exception as error:  # noqa: BLE001 - one job never stops a node
                     poisoned.append((row, error))
                     continue
                 result.append(
                     Prepared(
                         job_id=row["id"], name=spec.name, fire_id=f"{fire_prefix}{row['id']}",
-                        fire_at=fire_at, slot_at=slot_at, attempt=attempt, spec=spec,
+                        planned_at=planned_at, slot_at=slot_at, attempt=attempt, spec=spec,
                     )
                 )
             if moved:
@@ -363,7 +363,7 @@ class NodeStore:
     def _prepared_from_row(row: RowMapping) -> Prepared:
         return Prepared(
             job_id=row["id"], name=row["name"], fire_id=row["fire_id"],
-            fire_at=utc(row["next_fire_at"]),
+            planned_at=utc(row["next_fire_at"]),
             slot_at=utc(row["next_slot_at"] or row["next_fire_at"]),
             attempt=row["next_attempt"], spec=rows.spec_from_row(row),
         )
@@ -385,7 +385,7 @@ class NodeStore:
             self.lock(t.conn, "job")
             now = db_now(t.conn)
             horizon = now + timedelta(seconds=ahead_s)
-            due = [p for p in items if p.fire_at <= horizon]  # the rest stay prepared
+            due = [p for p in items if p.planned_at <= horizon]  # the rest stay prepared
             if not due:
                 return [], []
             # The common case in one set-based statement: every job still ours, still
@@ -465,14 +465,14 @@ class NodeStore:
             for r in conn.execute(
                 select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id).where(
                     runs.c.job_id.in_([p.job_id for p in to_fire]),
-                    runs.c.planned_at.in_({rows.to_db(p.fire_at) for p in to_fire}),
+                    runs.c.planned_at.in_({rows.to_db(p.planned_at) for p in to_fire}),
                 )
             ).mappings()
         }
         fired: list[Fired] = []
         duplicates: list[Prepared] = []
         for p in to_fire:
-            run = stored.get((p.job_id, p.fire_at))
+            run = stored.get((p.job_id, p.planned_at))
             if run is None or run["fire_id"] != p.fire_id:
                 duplicates.append(p)
             else:
@@ -486,16 +486,16 @@ class NodeStore:
         move the job on to its next slot."""
         for p in duplicates:
             log.warning(
-                "slot %s of job %s already ran; skipping it", p.fire_at.isoformat(), p.name,
+                "slot %s of job %s already ran; skipping it", p.planned_at.isoformat(), p.name,
                 extra={"action": "duplicate_refused", "job": p.name},
             )
             try:
-                plan = planner.skip(p.spec, p.fire_at, now)
+                plan = planner.skip(p.spec, p.planned_at, now)
             except Exception as error:  # noqa: BLE001 - one job never stops a node
                 self._quarantine_ids(conn, [(p.job_id, p.name, p.fire_id, error)], now)
                 continue
             transitions.refuse_duplicate(
-                conn, job_id=p.job_id, fire_id=p.fire_id, fire_at=plan.fire_at,
+                conn, job_id=p.job_id, fire_id=p.fire_id, planned_at=plan.planned_at,
                 slot_at=plan.slot_at, attempt=plan.attempt,
             )
 
@@ -629,7 +629,7 @@ class NodeStore:
         """A run its node gave up: one that never started is simply run again (the same
         attempt of the same slot); one killed mid-run follows its recovery policy."""
         if not started:
-            return Reschedule(fire_at=now, slot_at=slot_at, attempt=attempt)
+            return Reschedule(planned_at=now, slot_at=slot_at, attempt=attempt)
         return planner.recover(spec, slot_at, attempt, now)
 
     def journaled(self, entries: Sequence[Any]) -> list[Finished]:
@@ -650,7 +650,7 @@ class NodeStore:
             spec = found.get(e.job_id)
             if spec is None:
                 continue
-            prepared = Prepared(job_id=e.job_id, name=e.name, fire_id=e.fire_id, fire_at=e.fire_at,
+            prepared = Prepared(job_id=e.job_id, name=e.name, fire_id=e.fire_id, planned_at=e.planned_at,
                                 slot_at=e.slot_at, attempt=e.attempt, spec=spec)
             finished.append(Finished(
                 fired=Fired(prepared=prepared, run_id=e.run_id, fired_at=e.fired_at),
@@ -830,7 +830,7 @@ class NodeStore:
             if missed:
                 conn.execute(insert(runs).prefix_with("IGNORE"), missed)
             transitions.abandon(conn, job_id=row["id"], fire_id=row["fire_id"],
-                                fire_at=plan.fire_at, slot_at=plan.slot_at, attempt=plan.attempt)
+                                planned_at=plan.planned_at, slot_at=plan.slot_at, attempt=plan.attempt)
         self._quarantine(conn, poisoned, now)
 
     # -- quarantine ----------------------------------------------------------------
@@ -873,7 +873,7 @@ class NodeStore:
     @staticmethod
     def _next_values(plan: Reschedule) -> dict[str, Any]:
         return {
-            "next_fire_at": rows.to_db(plan.fire_at),
+            "next_fire_at": rows.to_db(plan.planned_at),
             "next_slot_at": rows.to_db(plan.slot_at),
             "next_attempt": plan.attempt,
         }

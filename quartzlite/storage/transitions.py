@@ -86,8 +86,8 @@ def _in(*states: JobState) -> ColumnElement[bool]:
     return jobs.c.state.in_([s.value for s in states])
 
 
-def _next(fire_at: datetime | None, slot_at: datetime | None, attempt: int) -> dict[str, Any]:
-    return {"next_fire_at": rows.to_db(fire_at), "next_slot_at": rows.to_db(slot_at),
+def _next(planned_at: datetime | None, slot_at: datetime | None, attempt: int) -> dict[str, Any]:
+    return {"next_fire_at": rows.to_db(planned_at), "next_slot_at": rows.to_db(slot_at),
             "next_attempt": attempt}
 
 
@@ -157,26 +157,26 @@ def trigger(conn: Connection, job_id: int, now: datetime) -> int:
     ).rowcount)
 
 
-def abandon(conn: Connection, *, job_id: int, fire_id: str, fire_at: datetime | None,
+def abandon(conn: Connection, *, job_id: int, fire_id: str, planned_at: datetime | None,
             slot_at: datetime | None, attempt: int) -> int:
     """executing -> idle for a run whose outcome is unknown (its node is gone, or never
-    started it), due next at ``fire_at`` per its recovery policy. Guard: still
+    started it), due next at ``planned_at`` per its recovery policy. Guard: still
     executing under this fire id."""
     return int(conn.execute(
         update(jobs)
         .where(jobs.c.id == job_id, jobs.c.fire_id == fire_id, _in(EXECUTING))
-        .values(**_RELEASED, kill_requested=False, **_next(fire_at, slot_at, attempt))
+        .values(**_RELEASED, kill_requested=False, **_next(planned_at, slot_at, attempt))
     ).rowcount)
 
 
 def refuse_duplicate(conn: Connection, *, job_id: int, fire_id: str,
-                     fire_at: datetime | None, slot_at: datetime | None, attempt: int) -> int:
+                     planned_at: datetime | None, slot_at: datetime | None, attempt: int) -> int:
     """executing -> idle when the slot already had a run: the job moves on to the next
     slot. Guard: still executing under this fire id (the fire that was refused)."""
     return int(conn.execute(
         update(jobs)
         .where(jobs.c.id == job_id, jobs.c.fire_id == fire_id, _in(EXECUTING))
-        .values(**_RELEASED, **_next(fire_at, slot_at, attempt))
+        .values(**_RELEASED, **_next(planned_at, slot_at, attempt))
     ).rowcount)
 
 

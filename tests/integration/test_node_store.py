@@ -48,7 +48,7 @@ def test_runs_are_fired_ahead_and_checked_at_their_instant(
     fired, lost = store.fire(session_id=SESSION, items=scan.prepared, planner=planner, ahead_s=60)
     assert lost == []
     assert sorted(f.prepared.name for f in fired) == sorted(names)
-    assert all(f.fired_at < f.prepared.fire_at for f in fired), "fired before the instant"
+    assert all(f.fired_at < f.prepared.planned_at for f in fired), "fired before the instant"
     assert all(j.state is JobState.EXECUTING for j in client.list_jobs().items)
     # A run fired ahead has not started: its row claims no start until its result.
     assert all(r.started_at is None for r in client.list_runs().items)

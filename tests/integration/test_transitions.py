@@ -106,7 +106,7 @@ def test_trigger_refuses_a_running_job(conn: Connection) -> None:
 @pytest.mark.parametrize("edge", [transitions.abandon, transitions.refuse_duplicate])
 def test_abandon_and_refuse_need_the_same_fire(conn: Connection, edge: object) -> None:
     jid = put(conn, "executing", PEER, "peer:2:1")
-    kwargs = {"job_id": jid, "fire_id": "me:1:1", "fire_at": NOW, "slot_at": NOW, "attempt": 1}
+    kwargs = {"job_id": jid, "fire_id": "me:1:1", "planned_at": NOW, "slot_at": NOW, "attempt": 1}
     assert edge(conn, **kwargs) == 0  # type: ignore[operator]
     put(conn, "prepared", ME, "me:1:1")
     assert edge(conn, **kwargs) == 0, "only from executing"  # type: ignore[operator]

@@ -116,7 +116,7 @@ def test_histogram_is_cumulative() -> None:
 
 
 def finished(job: JobSpec, status: RunStatus, *, slot: datetime = T0, attempt: int = 1) -> Finished:
-    prepared = Prepared(job_id=1, name=job.name, fire_id="s:1:1", fire_at=slot, slot_at=slot,
+    prepared = Prepared(job_id=1, name=job.name, fire_id="s:1:1", planned_at=slot, slot_at=slot,
                         attempt=attempt, spec=job)
     fired = Fired(prepared=prepared, run_id=7, fired_at=slot)
     return Finished(fired=fired, outcome=Outcome(status=status), ended_at=slot, started_at=slot)
@@ -136,8 +136,8 @@ def test_a_failed_attempt_is_retried_for_the_same_slot() -> None:
     plan = planner.after_run(job, finished(job, RunStatus.FAILED), T0 + timedelta(seconds=1))
     assert plan.slot_at == T0
     assert plan.attempt == 2
-    assert plan.fire_at is not None
-    assert T0 + timedelta(seconds=2) <= plan.fire_at <= T0 + timedelta(seconds=3)
+    assert plan.planned_at is not None
+    assert T0 + timedelta(seconds=2) <= plan.planned_at <= T0 + timedelta(seconds=3)
 
 
 def test_the_last_attempt_or_a_kill_moves_on_to_the_next_slot() -> None:
@@ -145,7 +145,7 @@ def test_the_last_attempt_or_a_kill_moves_on_to_the_next_slot() -> None:
     job = spec(max_attempts=2)
     for status, attempt in ((RunStatus.FAILED, 2), (RunStatus.KILLED, 1), (RunStatus.SUCCEEDED, 1)):
         plan = planner.after_run(job, finished(job, status, attempt=attempt), T0 + timedelta(seconds=0.5))
-        assert (plan.fire_at, plan.attempt, plan.missed) == (T0 + timedelta(seconds=1), 1, ())
+        assert (plan.planned_at, plan.attempt, plan.missed) == (T0 + timedelta(seconds=1), 1, ())
 
 
 def test_slots_passed_during_a_long_run_follow_the_misfire_policy() -> None:
@@ -155,11 +155,11 @@ def test_slots_passed_during_a_long_run_follow_the_misfire_policy() -> None:
     plan = planner.after_run(once, finished(once, RunStatus.SUCCEEDED), now)
     # Slots 1..8 are later than the grace: 8 runs now, 1..7 are missed; 9, 10 are late
     # but within the grace, and come next anyway.
-    assert plan.fire_at == T0 + timedelta(seconds=8)
+    assert plan.planned_at == T0 + timedelta(seconds=8)
     assert plan.missed == tuple(T0 + timedelta(seconds=i) for i in range(1, 8))
     skip = spec(misfire_grace_s=2.0, misfire_policy=MisfirePolicy.SKIP)
     plan = planner.after_run(skip, finished(skip, RunStatus.SUCCEEDED), now)
-    assert plan.fire_at == T0 + timedelta(seconds=9)
+    assert plan.planned_at == T0 + timedelta(seconds=9)
     assert plan.missed == tuple(T0 + timedelta(seconds=i) for i in range(1, 9))
     assert "misfire policy skip" in plan.missed_reason
 
@@ -169,12 +169,12 @@ def test_a_misfired_slot_found_by_the_scanner() -> None:
     now = T0 + timedelta(seconds=100)
     once = spec(misfire_grace_s=60.0)
     plan = planner.misfire(once, T0, now)
-    assert plan.fire_at == T0 + timedelta(seconds=40)  # the latest misfired slot, now
+    assert plan.planned_at == T0 + timedelta(seconds=40)  # the latest misfired slot, now
     assert plan.missed[0] == T0
     assert len(plan.missed) == 40
     skip = spec(misfire_grace_s=60.0, misfire_policy=MisfirePolicy.SKIP)
     plan = planner.misfire(skip, T0, now)
-    assert plan.fire_at == T0 + timedelta(seconds=41)
+    assert plan.planned_at == T0 + timedelta(seconds=41)
     assert len(plan.missed) == 41
 
 
@@ -183,11 +183,11 @@ def test_recovery_reruns_a_bounded_number_of_times_or_skips() -> None:
     now = T0 + timedelta(seconds=5.5)
     rerun = spec(max_attempts=1, recovery_policy=RecoveryPolicy.RERUN)
     plan = planner.recover(rerun, T0, 1, now)
-    assert (plan.fire_at, plan.slot_at, plan.attempt) == (now, T0, 2)
+    assert (plan.planned_at, plan.slot_at, plan.attempt) == (now, T0, 2)
     exhausted = planner.recover(rerun, T0, 1 + RECOVERY_RERUNS, now)
     assert exhausted.attempt == 1
-    assert exhausted.fire_at == T0 + timedelta(seconds=1)
+    assert exhausted.planned_at == T0 + timedelta(seconds=1)
     skip = spec(recovery_policy=RecoveryPolicy.SKIP)
     plan = planner.recover(skip, T0, 1, now)
     assert plan.attempt == 1
-    assert plan.fire_at == T0 + timedelta(seconds=1)
+    assert plan.planned_at == T0 + timedelta(seconds=1)

@@ -36,7 +36,7 @@ class Firer(NodeService):
         if not snapshot:
             return None
         ahead = node.config.effective_fire_ahead_s
-        earliest = min(p.fire_at for p in snapshot)
+        earliest = min(p.planned_at for p in snapshot)
         wait = (earliest - node.db_now()).total_seconds() - ahead
         if wait > self.BATCH_WINDOW_S:
             return min(wait, self.interval_s)
@@ -45,8 +45,8 @@ class Firer(NodeService):
                 return None
             horizon = node.db_now() + timedelta(seconds=ahead + self.BATCH_WINDOW_S)
             due = sorted(
-                (p for p in node.owned.prepared.values() if p.fire_at <= horizon),
-                key=lambda p: (p.fire_at, -p.spec.priority),
+                (p for p in node.owned.prepared.values() if p.planned_at <= horizon),
+                key=lambda p: (p.planned_at, -p.spec.priority),
             )[: self.MAX_BATCH]
             if not due:
                 return 0.0
@@ -56,8 +56,8 @@ class Firer(NodeService):
             )
             log.debug(
                 "fired %d of %d due (planned %s, %.1f ms ahead, tx %.1f ms)",
-                len(fired), len(due), due[0].fire_at.isoformat(),
-                (due[0].fire_at - node.db_now()).total_seconds() * 1000,
+                len(fired), len(due), due[0].planned_at.isoformat(),
+                (due[0].planned_at - node.db_now()).total_seconds() * 1000,
                 (time.monotonic() - began) * 1000, extra={"action": "fired"},
             )
             for job_id in lost:

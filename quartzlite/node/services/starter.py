@@ -61,7 +61,7 @@ class Starter(NodeService):
 
     def _push(self, e: Execution) -> None:
         p = e.fired.prepared
-        heapq.heappush(self._waiting, (p.fire_at, -p.spec.priority, next(self._order), e))
+        heapq.heappush(self._waiting, (p.planned_at, -p.spec.priority, next(self._order), e))
 
     def run_once(self) -> float | None:
         node = self.node
@@ -75,7 +75,7 @@ class Starter(NodeService):
         release: list[Execution] = []
         ahead: list[Execution] = []
         for e in due:
-            if e.fired.prepared.fire_at <= e.fired.fired_at:
+            if e.fired.prepared.planned_at <= e.fired.fired_at:
                 # Fired at or after its instant: the fire transaction was its check.
                 e.started_at = e.fired.fired_at
                 release.append(e)
@@ -119,8 +119,8 @@ class Starter(NodeService):
             why = check.stopped.get(p.job_id)
             if why is not None:
                 self._not_started(e, why)
-            elif p.fire_at > check.db_now:  # our clock estimate ran ahead of the database's
-                held = max(held, (p.fire_at - check.db_now).total_seconds())
+            elif p.planned_at > check.db_now:  # our clock estimate ran ahead of the database's
+                held = max(held, (p.planned_at - check.db_now).total_seconds())
                 with self._heap_lock:
                     self._push(e)
             else:
