@@ -63,6 +63,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from quartzlite import __version__
 from quartzlite.clock import Clock, SystemClock
@@ -101,6 +102,22 @@ EXIT_ERROR = 1
 EXIT_CONFIG = 2
 EXIT_FENCED = 3
 EXIT_FORCED = 4
+
+
+class NodeState(StrEnum):
+    """A node's life: each step only ever moves forward (FENCED may follow STOPPING)."""
+
+    #: Registering its session.
+    STARTING = "starting"
+    #: Scanning, firing, executing, judging peers.
+    RUNNING = "running"
+    #: Asked to stop: prepared jobs handed back, running jobs given their grace.
+    STOPPING = "stopping"
+    #: Lost the database or its guard: running shell jobs killed, nothing written but
+    #: the outcomes already known, until its session may expire.
+    FENCED = "fenced"
+    #: Gone: nothing of it runs.
+    STOPPED = "stopped"
 
 
 class StopRequest:
@@ -199,6 +216,10 @@ class Node:
             io_timeout_s=max(1.0, min(config.heartbeat_interval_s * 2, config.fence_after_s / 2)),
             pool_size=1, idle_timeout_s=idle_timeout, on_error=self._db_error,
         )
+        #: Where the node is in its life (see :class:`NodeState`).
+        self.state = NodeState.STARTING
+        #: The fence's signal, set as the state becomes FENCED: every retry loop but the
+        #: results' waits on it.
         self.fenced = threading.Event()
         #: Set when the node gives up recording outcomes (it is exiting).
         self.results_stop = threading.Event()
@@ -217,8 +238,6 @@ class Node:
         self._fence_lock = threading.RLock()
         #: Python runs still executing when the fenced node gave up waiting for them.
         self.unkillable_left = 0
-        self.stopping = False
-        self.done = threading.Event()
         self.crashed: tuple[str, BaseException] | None = None
         self.guard: GuardLink | None = None
         self.offset_s = 0.0
@@ -253,11 +272,17 @@ class Node:
     def executing(self) -> dict[int, Execution]:
         return self.owned.executing
 
+    @property
+    def working(self) -> bool:
+        """Scanning, firing and judging peers: neither stopping nor fenced (services run
+        from RUNNING on; a test may drive one before)."""
+        return self.state in (NodeState.STARTING, NodeState.RUNNING) and not self.fenced.is_set()
+
     def is_live(self) -> bool:
         """True while the session is registered, renewed and not fenced."""
         return (
-            not self.fenced.is_set()
-            and not self.done.is_set()
+            self.state in (NodeState.RUNNING, NodeState.STOPPING)
+            and not self.fenced.is_set()
             and self.healthy_since is not None
             and self.clock.monotonic() - self.last_beat_mono < self.config.fence_after_s
         )
@@ -268,7 +293,7 @@ class Node:
     def poke(self) -> None:
         """A job was added, triggered or changed in this process (``quartzlite serve``):
         run the watch now instead of at the next poll."""
-        if not self.fenced.is_set() and not self.stopping:
+        if self.working:
             self.watcher.wake()
 
     # -- time ------------------------------------------------------------------------
@@ -319,6 +344,7 @@ class Node:
         )
         self.workers.start(min(self.config.capacity, self.PRESTARTED_WORKERS))
         tune_interpreter()
+        self.state = NodeState.RUNNING
         for service in self.services:
             service.start()
         if self.on_started is not None:
@@ -336,7 +362,7 @@ class Node:
                 log.exception("recording outcomes after the error failed")
             return EXIT_ERROR
         finally:
-            self.done.set()
+            self.state = NodeState.STOPPED
             self._dispose()
 
     def _main_loop(self) -> int:
@@ -350,7 +376,7 @@ class Node:
                 self.fence(f"critical service {name} crashed: {error!r}")
                 self._after_fence()
                 return EXIT_ERROR
-            if self.stop_request.level == 1 and not self.stopping:
+            if self.stop_request.level == 1 and self.state is NodeState.RUNNING:
                 return self._graceful_stop()
             self.stop_request.wait(0.1)
 
@@ -370,6 +396,7 @@ class Node:
             if self.fenced.is_set():
                 return
             self.fence_reason = reason
+            self.state = NodeState.FENCED
             self.fenced.set()
             for service in (self.watcher, self.scanner, self.firer, self.starter,
                             self.compensator, self.expirer, self.janitor, self.killer):
@@ -494,7 +521,7 @@ class Node:
         return EXIT_FORCED
 
     def _graceful_stop(self) -> int:
-        self.stopping = True
+        self.state = NodeState.STOPPING
         log.info("stopping: handing back prepared jobs, waiting for running ones",
                  extra={"action": "stopping"})
         for service in (self.watcher, self.scanner, self.compensator, self.expirer, self.janitor):

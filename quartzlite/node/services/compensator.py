@@ -21,7 +21,7 @@ class Compensator(NodeService):
 
     def run_once(self) -> float | None:
         node = self.node
-        if node.fenced.is_set() or node.stopping:
+        if not node.working:
             return None
         owned = node.store.owned(node.session_id)
         with node.owned.mutex:

@@ -22,7 +22,7 @@ class Expirer(NodeService):
 
     def run_once(self) -> float | None:
         node = self.node
-        if node.fenced.is_set() or node.stopping or node.healthy_since is None:
+        if not node.working or node.healthy_since is None:
             return None
         # Judge peers only after heartbeating without a break for a whole timeout:
         # after an outage every node saw, nobody evicts anybody.

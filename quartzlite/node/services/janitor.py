@@ -34,7 +34,7 @@ class Janitor(NodeService):
         if self._first:
             self._first = False
             return self.FIRST_S
-        if node.fenced.is_set() or node.stopping or not node.config.history_retention_s:
+        if not node.working or not node.config.history_retention_s:
             return None
         pruned = JobStore(node.db).prune_history(node.config.history_retention_s, stop=node.fenced)
         if pruned.runs or pruned.jobs:

@@ -33,7 +33,7 @@ class Scanner(NodeService):
 
     def run_once(self) -> float | None:
         node = self.node
-        if node.fenced.is_set() or node.stopping:
+        if not node.working:
             return None
         # Prepare ahead up to the prefetch, and nothing while due runs wait for a place:
         # a node that cannot start what it holds leaves the rest to its peers.

@@ -22,7 +22,7 @@ class Watch(NodeService):
 
     def run_once(self) -> float | None:
         node = self.node
-        if node.fenced.is_set() or node.stopping:
+        if not node.working:
             return None
         seen = node.store.watch(node.session_id, node.tag_sets)
         config = node.config
