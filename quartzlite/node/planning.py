@@ -28,7 +28,9 @@ def backoff_s(spec: JobSpec, attempt: int, rng: random.Random) -> float:
 
 
 class SchedulePlanner:
-    """Implements :class:`quartzlite.storage.node.Planner` with :mod:`quartzlite.schedule`."""
+    """Implements :class:`quartzlite.storage.node.Planner` with :mod:`quartzlite.schedule`:
+    every decision of where a job goes next (misfire and coalescing, retries and their
+    backoff, recovery of a lost run, a refused duplicate) is made here."""
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
@@ -74,6 +76,13 @@ class SchedulePlanner:
     def after_run(self, spec: JobSpec, finished: Finished, now: datetime) -> Reschedule:
         prepared = finished.fired.prepared
         status = finished.outcome.status
+        if status is RunStatus.ABANDONED:
+            # Its node gave it up (fenced): one that never started is simply run again
+            # (the same attempt of the same slot); one cut short follows its recovery
+            # policy, as when a peer expires a dead node's run.
+            if finished.started_at is None:
+                return Reschedule(planned_at=now, slot_at=prepared.slot_at, attempt=prepared.attempt)
+            return self.recover(spec, prepared.slot_at, prepared.attempt, now)
         if status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and prepared.attempt < spec.max_attempts:
             delay = backoff_s(spec, prepared.attempt, self.rng)
             return Reschedule(

@@ -43,7 +43,8 @@ class Planner(Protocol):
         """A job found with slot ``slot_at`` later than its misfire grace."""
 
     def after_run(self, spec: JobSpec, finished: Finished, now: datetime) -> Reschedule:
-        """Where a job goes once a run ended (retry, next slot, misfire of passed slots)."""
+        """Where a job goes once a run ended (retry, next slot, misfire of passed slots,
+        or, for a run its node gave up, a rerun or the recovery policy)."""
 
     def recover(
         self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime
@@ -584,12 +585,7 @@ class NodeStore:
                     continue
                 try:
                     spec = rows.spec_from_row(row)
-                    if item.outcome.status is RunStatus.ABANDONED:
-                        plan = self._after_abandoned(
-                            planner, spec, p.slot_at, p.attempt, now, started=item.started_at is not None
-                        )
-                    else:
-                        plan = planner.after_run(spec, item, now)
+                    plan = planner.after_run(spec, item, now)
                 except Exception as error:  # noqa: BLE001 - one job never stops a node
                     poisoned.append((row, error))
                     continue
@@ -620,17 +616,6 @@ class NodeStore:
         return self.db.transaction(
             tx, name="complete_runs", retry=RetryPolicy(deadline_s=2.0), stop=stop
         )
-
-    @staticmethod
-    def _after_abandoned(
-        planner: Planner, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime,
-        *, started: bool,
-    ) -> Reschedule:
-        """A run its node gave up: one that never started is simply run again (the same
-        attempt of the same slot); one killed mid-run follows its recovery policy."""
-        if not started:
-            return Reschedule(planned_at=now, slot_at=slot_at, attempt=attempt)
-        return planner.recover(spec, slot_at, attempt, now)
 
     def journaled(self, entries: Sequence[Any]) -> list[Finished]:
         """Journaled outcomes (``quartzlite.node.journal.JournaledOutcome``) as results
