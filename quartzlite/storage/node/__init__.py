@@ -1,0 +1,38 @@
+"""The node's SQL: sessions, heartbeat, prepare, fire, results, hand back, expiry and
+compensation (go-crontab's threads), each one short transaction under the named lock
+rows: the session lock before the job lock, always.
+
+"Exactly once" lives here as database invariants: every transition is checked
+against the state, owner and fire id read under the job lock, and the run row's
+UNIQUE (job_id, planned_at) refuses a second run of a slot. Nothing here spawns a
+process, sleeps or waits on anything but the database while it holds a lock row.
+Each method is idempotent, so the retry loop may run it again after a commit of
+unknown outcome.
+"""
+
+from __future__ import annotations
+
+from quartzlite.storage.node.base import (
+    Beat,
+    Completed,
+    LockStats,
+    Owned,
+    Planner,
+    Scan,
+    StartCheck,
+    Watch,
+)
+from quartzlite.storage.node.firing import Firing
+from quartzlite.storage.node.recovery import Recovery
+from quartzlite.storage.node.results import Results
+from quartzlite.storage.node.scanning import Scanning
+from quartzlite.storage.node.sessions import Sessions
+
+
+class NodeStore(Sessions, Scanning, Firing, Results, Recovery):
+    """The node's SQL, one part per concern (sessions, scanning, firing, results,
+    recovery); see the module docstring."""
+
+
+__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "StartCheck",
+           "Watch"]

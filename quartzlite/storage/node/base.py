@@ -1,0 +1,238 @@
+"""What every part of the node's SQL shares: the planner it is given, the lock rows, the
+results it returns, and the statements several parts use."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.engine import Connection, RowMapping
+
+from quartzlite.clock import utc
+from quartzlite.enums import JobState, RunStatus
+from quartzlite.errors import SchemaError
+from quartzlite.models import Finished, JobSpec, Prepared, Reschedule
+from quartzlite.storage import rows, transitions
+from quartzlite.storage.engine import Database
+from quartzlite.storage.tables import jobs, locks, runs, sessions
+
+log = logging.getLogger("quartzlite.storage.node")
+
+
+class Planner(Protocol):
+    """The node's scheduling decisions, called inside transactions (pure functions)."""
+
+    def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
+        """A job found with slot ``slot_at`` later than its misfire grace."""
+
+    def after_run(self, spec: JobSpec, finished: Finished, now: datetime) -> Reschedule:
+        """Where a job goes once a run ended (retry, next slot, misfire of passed slots,
+        or, for a run its node gave up, a rerun or the recovery policy)."""
+
+    def recover(
+        self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime
+    ) -> Reschedule:
+        """Where a job goes when its run was abandoned (its node died)."""
+
+    def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
+        """The next slot after ``slot_at``, which must not run (it already ran)."""
+
+
+@dataclass(slots=True)
+class LockStats:
+    """Time spent waiting for lock rows, for metrics."""
+
+    waits: int = 0
+    wait_s: float = 0.0
+    by_name: dict[str, float] = field(default_factory=dict)
+
+
+SPEC_COLUMNS = [
+    jobs.c.id, jobs.c.name, jobs.c.schedule, jobs.c.timezone, jobs.c.target_kind,
+    jobs.c.command, jobs.c.callable, jobs.c.kwargs, jobs.c.timeout_s, jobs.c.max_attempts,
+    jobs.c.retry_backoff_s, jobs.c.retry_max_backoff_s, jobs.c.misfire_policy,
+    jobs.c.misfire_grace_s, jobs.c.recovery_policy, jobs.c.priority, jobs.c.tags,
+    jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
+    jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
+]
+
+
+#: What the fire transaction re-checks of each job (it has the spec in memory already).
+FIRE_COLUMNS = [
+    jobs.c.id, jobs.c.state, jobs.c.fire_id, jobs.c.owner_session, jobs.c.paused, jobs.c.deleted,
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Beat:
+    """What one heartbeat learned: whether our session still exists, and the database
+    clock with the local instant halfway through the statement that read it."""
+
+    alive: bool
+    db_now: datetime | None
+    local_mid: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watch:
+    """What one watch poll learned; each field wakes one service at the right time."""
+
+    db_now: datetime
+    oldest_peer_heartbeat: datetime | None
+    orphaned_jobs: int
+    owned_jobs: int
+    earliest_due: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scan:
+    """What a prepare transaction did, and when the next job after its window is due."""
+
+    prepared: list[Prepared]
+    next_due: datetime | None
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed:
+    """The earliest next fire among the jobs a results transaction rescheduled."""
+
+    next_due: datetime | None
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartCheck:
+    """The database clock at a start check, and why some fired runs must not start."""
+
+    db_now: datetime
+    #: job id -> "paused", "deleted", "kill" or "moved" (no longer this fire of ours).
+    stopped: dict[int, str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Owned:
+    job_id: int
+    state: JobState
+    fire_id: str | None
+
+
+class StoreBase:
+    """``stop``: when set (the node fenced), every retry loop gives up and no transaction
+    commits, except the results' (outcomes are facts)."""
+
+    def __init__(self, db: Database, *, node_name: str, stop: threading.Event | None = None) -> None:
+        self.db = db
+        self.node_name = node_name
+        self.stop = stop
+        self.lock_stats = LockStats()
+
+    def lock(self, conn: Connection, name: str) -> None:
+        """``SELECT ... FOR UPDATE`` on a named lock row; a missing row is fatal."""
+        started = time.monotonic()
+        found = conn.execute(
+            select(locks.c.name).where(locks.c.name == name).with_for_update()
+        ).first()
+        waited = time.monotonic() - started
+        self.lock_stats.waits += 1
+        self.lock_stats.wait_s += waited
+        self.lock_stats.by_name[name] = self.lock_stats.by_name.get(name, 0.0) + waited
+        if found is None:
+            raise SchemaError(f"lock row {name!r} is missing from ql_locks: refusing to run")
+
+    @staticmethod
+    def _due_filter(tag_sets: Sequence[str]) -> list[Any]:
+        return [
+            jobs.c.state == JobState.IDLE.value,
+            jobs.c.paused.is_(False),
+            jobs.c.deleted.is_(False),
+            jobs.c.next_fire_at.is_not(None),
+            jobs.c.tags.in_(list(tag_sets)),
+        ]
+
+    @staticmethod
+    def _prepared_from_row(row: RowMapping) -> Prepared:
+        return Prepared(
+            job_id=row["id"], name=row["name"], fire_id=row["fire_id"],
+            planned_at=utc(row["next_fire_at"]),
+            slot_at=utc(row["next_slot_at"] or row["next_fire_at"]),
+            attempt=row["next_attempt"], spec=rows.spec_from_row(row),
+        )
+
+    def _quarantine(
+        self, conn: Connection, poisoned: Sequence[tuple[RowMapping, BaseException]], now: datetime
+    ) -> None:
+        self._quarantine_ids(
+            conn, [(r["id"], r["name"], r["fire_id"], error) for r, error in poisoned], now
+        )
+
+    def _quarantine_ids(
+        self, conn: Connection, poisoned: Sequence[tuple[int, str, str | None, BaseException]],
+        now: datetime,
+    ) -> None:
+        """Jobs the node could not plan (their schedule or stored definition fails):
+        paused, with the reason on the job and in its history; the node carries on."""
+        for job_id, name, fire_id, error in poisoned:
+            reason = f"quarantined: the scheduler could not plan this job ({error!r}); it is paused"
+            log.error("job %s %s", name, reason, extra={"action": "quarantined", "job": name})
+            transitions.quarantine(conn, job_id=job_id, fire_id=fire_id, reason=reason, now=now)
+            conn.execute(insert(runs).prefix_with("IGNORE").values(
+                job_id=job_id, job_name=name, fire_id=None, planned_at=rows.to_db(now),
+                slot_at=rows.to_db(now), attempt=1, session_id=None, node=self.node_name,
+                status=RunStatus.QUARANTINED.value, output="", error=reason[:4000],
+            ))
+
+    @staticmethod
+    def _orphan_owners() -> Any:
+        """Owners of prepared/executing jobs that have no session row (via the owner index)."""
+        return (
+            select(jobs.c.owner_session)
+            .select_from(jobs.outerjoin(sessions, sessions.c.id == jobs.c.owner_session))
+            .where(jobs.c.owner_session.is_not(None), sessions.c.id.is_(None))
+            .distinct()
+        )
+
+    @staticmethod
+    def _next_values(plan: Reschedule) -> dict[str, Any]:
+        return {
+            "next_fire_at": rows.to_db(plan.planned_at),
+            "next_slot_at": rows.to_db(plan.slot_at),
+            "next_attempt": plan.attempt,
+        }
+
+    def _reschedule_values(self, job_id: int, plan: Reschedule) -> dict[str, Any]:
+        return {"b_id": job_id, **self._next_values(plan)}
+
+    @staticmethod
+    def _reschedule(conn: Connection, values: list[dict[str, Any]]) -> None:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.IDLE.value)
+            .values(
+                next_fire_at=bindparam("next_fire_at"), next_slot_at=bindparam("next_slot_at"),
+                next_attempt=bindparam("next_attempt"),
+            ),
+            values,
+        )
+
+    def _missed_rows(self, job_id: int, name: str, plan: Reschedule) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for i, slot in enumerate(plan.missed):
+            error = plan.missed_reason
+            if plan.missed_more and i == len(plan.missed) - 1:
+                error = f"{error}; and {plan.missed_more} later slot(s) not listed"
+            found.append(
+                {
+                    "job_id": job_id, "job_name": name, "fire_id": None,
+                    "planned_at": rows.to_db(slot), "slot_at": rows.to_db(slot), "attempt": 1,
+                    "session_id": None, "node": self.node_name,
+                    "status": RunStatus.MISSED.value, "output": "", "error": error,
+                }
+            )
+        return found

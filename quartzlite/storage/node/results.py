@@ -1,0 +1,130 @@
+"""Results: executing -> idle with the run rows completed, in batches; journaled outcomes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.engine import RowMapping
+
+from quartzlite.clock import utc
+from quartzlite.enums import JobState
+from quartzlite.models import Finished, Fired, Prepared
+from quartzlite.storage import rows, transitions
+from quartzlite.storage.batch import update_from_rows
+from quartzlite.storage.engine import RetryPolicy, Tx
+from quartzlite.storage.jobs import db_now
+from quartzlite.storage.node.base import (
+    SPEC_COLUMNS,
+    Completed,
+    Planner,
+    StoreBase,
+)
+from quartzlite.storage.tables import jobs, runs
+
+log = logging.getLogger("quartzlite.storage.node")
+
+
+class Results(StoreBase):
+    def complete(
+        self, *, session_id: str, finished: Sequence[Finished], planner: Planner, stop: Any = None
+    ) -> Completed:
+        """executing -> idle and the run row completed, for a batch of results.
+        Retried until the outcome is known; rows whose fire id moved on are left alone
+        (we already recorded them, or we were evicted and a peer recovered them)."""
+
+        def tx(t: Tx) -> Completed:
+            self.lock(t.conn, "job")
+            now = db_now(t.conn)
+            current = {
+                r["id"]: r
+                for r in t.conn.execute(
+                    select(*SPEC_COLUMNS).where(
+                        jobs.c.id.in_([f.fired.prepared.job_id for f in finished])
+                    )
+                ).mappings()
+            }
+            run_values: list[dict[str, Any]] = []
+            job_values: list[dict[str, Any]] = []
+            missed: list[dict[str, Any]] = []
+            poisoned: list[tuple[RowMapping, BaseException]] = []
+            for item in finished:
+                p = item.fired.prepared
+                run_values.append(
+                    {
+                        "id": item.fired.run_id, "fire_id": p.fire_id,
+                        "status": item.outcome.status.value, "ended_at": rows.to_db(item.ended_at),
+                        "started_at": None if item.started_at is None else rows.to_db(item.started_at),
+                        "exit_code": item.outcome.exit_code, "output": item.outcome.output,
+                        "error": item.outcome.error,
+                    }
+                )
+                row = current.get(p.job_id)
+                if (
+                    row is None
+                    or row["state"] != JobState.EXECUTING.value
+                    or row["fire_id"] != p.fire_id
+                    or row["owner_session"] != session_id
+                ):
+                    continue
+                try:
+                    spec = rows.spec_from_row(row)
+                    plan = planner.after_run(spec, item, now)
+                except Exception as error:  # noqa: BLE001 - one job never stops a node
+                    poisoned.append((row, error))
+                    continue
+                missed.extend(self._missed_rows(p.job_id, spec.name, plan))
+                job_values.append(
+                    {
+                        "id": p.job_id, "fire_id": p.fire_id,
+                        "last_ended_at": rows.to_db(item.ended_at),
+                        **self._next_values(plan),
+                    }
+                )
+            # One statement per table for the whole batch (not one per run): the job
+            # lock is held for a few round trips, however large the batch.
+            update_from_rows(
+                t.conn, "ql_runs", run_values, match=("id", "fire_id"),
+                assign=("status", "started_at", "ended_at", "exit_code", "output", "error"),
+                where="t.status = 'running'",
+            )
+            transitions.result(t.conn, job_values)
+            if missed:
+                t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+            self._quarantine(t.conn, poisoned, now)
+            upcoming = [v["next_fire_at"] for v in job_values if v["next_fire_at"] is not None]
+            return Completed(next_due=utc(min(upcoming)) if upcoming else None, db_now=now)
+
+        # A short deadline: the caller holds the node mutex; it keeps the results and
+        # tries again (outcomes are never dropped).
+        return self.db.transaction(
+            tx, name="complete_runs", retry=RetryPolicy(deadline_s=2.0), stop=stop
+        )
+
+    def journaled(self, entries: Sequence[Any]) -> list[Finished]:
+        """Journaled outcomes (``quartzlite.node.journal.JournaledOutcome``) as results
+        to :meth:`complete`, with their jobs' specs read back; those whose job row is
+        gone are dropped."""
+        if not entries:
+            return []
+        with self.db.connect() as conn:
+            found = {
+                r["id"]: rows.spec_from_row(r)
+                for r in conn.execute(
+                    select(*SPEC_COLUMNS).where(jobs.c.id.in_({e.job_id for e in entries}))
+                ).mappings()
+            }
+        finished: list[Finished] = []
+        for e in entries:
+            spec = found.get(e.job_id)
+            if spec is None:
+                continue
+            prepared = Prepared(job_id=e.job_id, name=e.name, fire_id=e.fire_id, planned_at=e.planned_at,
+                                slot_at=e.slot_at, attempt=e.attempt, spec=spec)
+            finished.append(Finished(
+                fired=Fired(prepared=prepared, run_id=e.run_id, fired_at=e.fired_at),
+                outcome=e.outcome, ended_at=e.ended_at, started_at=e.started_at,
+            ))
+        return finished
