@@ -22,7 +22,7 @@ from bench.wire import CountingProxy
 from tests.cluster.harness import wait_until
 
 #: The settings every table states (NodeConfig names).
-SHOWN = ("capacity", "look_ahead_s", "fire_ahead_s", "poll_interval_s", "heartbeat_interval_s",
+SHOWN = ("capacity", "prefetch", "look_ahead_s", "fire_ahead_s", "poll_interval_s", "heartbeat_interval_s",
          "fence_after_s", "session_timeout_s", "result_batch", "compensate_interval_s")
 #: The fastest failover settings the docs recommend.
 FAST = {"heartbeat_interval_s": 0.5, "fence_after_s": 2.5, "session_timeout_s": 3.5,

@@ -169,7 +169,7 @@ def db_current(ctx: click.Context) -> None:
 # -- jobs ----------------------------------------------------------------------------
 
 
-def _spec_options(*, partial: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The job-definition options shared by ``job add``, ``job put`` and ``job update``."""
     opts = [
         click.option("--schedule", "-s", required=False, help="cron, Quartz cron, @every 90s, @at ISO"),
@@ -232,7 +232,7 @@ def job() -> None:
 
 @job.command("add")
 @click.argument("name")
-@_spec_options(partial=False)
+@_spec_options()
 @click.pass_context
 def job_add(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Create job NAME (fails when the name exists)."""
@@ -242,7 +242,7 @@ def job_add(ctx: click.Context, /, name: str, **options: Any) -> None:
 
 @job.command("put")
 @click.argument("name")
-@_spec_options(partial=False)
+@_spec_options()
 @click.pass_context
 def job_put(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Create or replace job NAME; publishing the same definition again changes nothing."""
@@ -252,7 +252,7 @@ def job_put(ctx: click.Context, /, name: str, **options: Any) -> None:
 
 @job.command("update")
 @click.argument("name")
-@_spec_options(partial=True)
+@_spec_options()
 @click.pass_context
 def job_update(ctx: click.Context, /, name: str, **options: Any) -> None:
     """Change some fields of job NAME."""

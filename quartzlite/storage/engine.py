@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pymysql
-from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy import Engine, create_engine, exc
 from sqlalchemy.engine import Connection, make_url
 
 from quartzlite.errors import StoreError, TransientStoreError
@@ -73,7 +73,6 @@ class Tx:
 
     conn: Connection
     after_unknown: bool
-    attempt: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,15 +140,6 @@ class Database:
         # read. Autocommit connections never hold a transaction, so there is nothing to
         # roll back (this engine's dialect instance only).
         setattr(self.auto.dialect, "do_rollback", _no_rollback)  # noqa: B010
-        self.statements = 0
-        self._count_lock = threading.Lock()
-        for engine in (self.engine, self.auto):
-            event.listen(engine, "before_cursor_execute", self._count)
-            event.listen(engine, "commit", self._count)
-
-    def _count(self, *_: Any) -> None:
-        with self._count_lock:
-            self.statements += 1
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -213,7 +203,7 @@ class Database:
             try:
                 with engine.connect() as conn:
                     try:
-                        result = fn(Tx(conn=conn, after_unknown=after_unknown, attempt=attempt))
+                        result = fn(Tx(conn=conn, after_unknown=after_unknown))
                         if commit:
                             if stop is not None and stop.is_set():
                                 # Told to stop (a fence) while it ran: never commit.

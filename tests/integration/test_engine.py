@@ -39,7 +39,7 @@ def test_lock_wait_timeouts_are_retried_then_reported(db_url: str) -> None:
     attempts: list[int] = []
 
     def take(t: Tx) -> object:
-        attempts.append(t.attempt)
+        attempts.append(len(attempts) + 1)
         return t.conn.execute(LOCK).scalar()
 
     try:
