@@ -493,7 +493,7 @@ class Node:
                 break
             pending = self.journal.pending if self.journal is not None else 0
             if pending == 0 and self.results.empty() and all(
-                e.done.is_set() for e in self.owned.executing.values()
+                e.recorded.is_set() for e in self.owned.executing.values()
             ):
                 break
             self.stop_request.wait(0.1)
@@ -726,6 +726,7 @@ class Node:
         if self.journal is not None:
             self.journal.outcome(finished)
         self.results.put(finished)
+        execution.recorded.set()
         self.results_service.wake()
         return True
 

@@ -29,6 +29,12 @@ class Execution:
     released_mono: float = 0.0
     #: Set when the executing thread is done with it (a Python thread may never be).
     done: threading.Event = field(default_factory=threading.Event)
+    #: Set once its outcome is handed over (journaled and queued for the database), by
+    #: whoever recorded it: its worker, the killer, the starter or the fence. ``done``
+    #: comes first (the worker sets it, then records): waiting for ``done`` alone, a
+    #: fenced node once exited before the outcome of a run it had just killed was even
+    #: queued, and the run stayed ``running``.
+    recorded: threading.Event = field(default_factory=threading.Event)
     #: Handed to a worker thread (it may have started).
     submitted: bool = False
     #: Running when the node fenced: its shell group was killed (by the node or its
