@@ -88,8 +88,15 @@ class NodeCollector(Collector):
             value=len(node.prepared),
         )
         yield GaugeMetricFamily(
-            "quartzlite_executing_jobs", "Runs executing on this node now",
+            "quartzlite_executing_jobs",
+            "Runs fired on this node whose result is not recorded yet (waiting for their "
+            "instant or a place, running, or ended)",
             value=len(node.executing),
+        )
+        yield GaugeMetricFamily(
+            "quartzlite_running_runs",
+            "Runs holding one of this node's places now (at most its capacity)",
+            value=node.running,
         )
         yield GaugeMetricFamily(
             "quartzlite_heartbeat_age_seconds",

@@ -273,6 +273,11 @@ class Node:
         return self.owned.executing
 
     @property
+    def running(self) -> int:
+        """Runs holding one of the node's places now."""
+        return self.owned.running
+
+    @property
     def working(self) -> bool:
         """Scanning, firing and judging peers: neither stopping nor fenced (services run
         from RUNNING on; a test may drive one before)."""
@@ -629,7 +634,6 @@ class Node:
                 log.exception("recording the end of a run failed")
                 held = True
             execution = self._take(free=held)
-
 
     def _mark_started(self, execution: Execution) -> None:
         timeout = execution.fired.prepared.spec.timeout_s

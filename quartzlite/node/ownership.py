@@ -17,6 +17,8 @@ from quartzlite.models import Fired, Prepared
 
 @dataclass(slots=True)
 class Execution:
+    """One fired run on this node, from its fire until its result is recorded."""
+
     fired: Fired
     handle: RunHandle
     #: Python runs only: what the callable sees, and when it times out (monotonic).

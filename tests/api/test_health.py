@@ -58,6 +58,7 @@ class FakeNode:
     stats: FakeStats = field(default_factory=FakeStats)
     prepared: dict[int, object] = field(default_factory=lambda: {1: object()})
     executing: dict[int, object] = field(default_factory=lambda: {2: object(), 3: object()})
+    running: int = 1
     store: FakeStore = field(default_factory=FakeStore)
     pokes: int = 0
 
@@ -163,6 +164,7 @@ def test_metrics_read_the_node_at_scrape_time(client: SchedulerClient) -> None:
     assert found["quartzlite_runs_total"][(("status", "failed"),)] == 0.0
     assert found["quartzlite_prepared_jobs"] == {(): 1.0}
     assert found["quartzlite_executing_jobs"] == {(): 2.0}
+    assert found["quartzlite_running_runs"] == {(): 1.0}
     assert found["quartzlite_heartbeat_age_seconds"] == {(): 0.4}
     assert found["quartzlite_lock_wait_seconds_total"] == {
         (("lock", "job"),): 0.2, (("lock", "session"),): 0.05,
