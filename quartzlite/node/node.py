@@ -227,6 +227,16 @@ class Node:
         # nothing but outcomes.
         self.store = NodeStore(self.db, node_name=self.node_name, stop=self.fenced)
         self.hb_store = NodeStore(self.hb_db, node_name=self.node_name, stop=self.fenced)
+        # Results have a pool of their own with short timeouts too: a results
+        # transaction stuck on a dead (blackholed) connection must give up within
+        # seconds and try a new one, or a fenced node's outcomes miss their window before
+        # the session may expire. Its lock waits end first (1 s), on the server's side.
+        self.results_db = Database(
+            config.database_url, lock_wait_timeout_s=1,
+            io_timeout_s=max(1.5, min(3.0, config.fence_after_s / 2)),
+            pool_size=2, idle_timeout_s=idle_timeout, on_error=self._db_error,
+        )
+        self.results_store = NodeStore(self.results_db, node_name=self.node_name)
         self.journal: Journal | None = None
         self.planner = SchedulePlanner()
         self.tag_sets = tag_sets(config.tags)
@@ -453,7 +463,7 @@ class Node:
                 for session_id, items in by_session.items():
                     finished = self.store.journaled(items)
                     if finished:
-                        self.store.complete(session_id=session_id, finished=finished,
+                        self.results_store.complete(session_id=session_id, finished=finished,
                                             planner=self.planner, stop=self.results_stop)
                     log.warning(
                         "recorded %d outcome(s) from the journal %s of session %s",
@@ -582,6 +592,7 @@ class Node:
             self.journal.close(delete=True)  # kept if it holds unrecorded outcomes
         self.db.dispose()
         self.hb_db.dispose()
+        self.results_db.dispose()
 
     # -- execution ---------------------------------------------------------------------
 

@@ -18,3 +18,13 @@ def record(path: str) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def nap(seconds: float, path: str) -> None:
+    """Touch ``path + '.started'``, sleep ``seconds``, then touch ``path``."""
+    import time
+    from pathlib import Path
+
+    Path(path + ".started").touch()
+    time.sleep(seconds)
+    Path(path).touch()

@@ -66,34 +66,48 @@ class TcpProxy:
             if self.mode == "reject":
                 client.close()
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._pairs.append((client, upstream))
+            # The upstream connect happens on the connection's own thread: one slow
+            # connect to a loaded server must not hold up every other client's accept
+            # (their connect timeouts looked like a database outage to the nodes).
             threading.Thread(
-                target=self._pump, args=(client, upstream), daemon=True, name="proxy-pump"
+                target=self._connect, args=(client,), daemon=True, name="proxy-pump"
             ).start()
 
+    def _connect(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            if self.mode == "reject":
+                upstream.close()
+                client.close()
+                return
+            self._pairs.append((client, upstream))
+        self._pump(client, upstream)
+
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        peers = {a: b, b: a}
+        peers = {a.fileno(): (a, b), b.fileno(): (b, a)}
+        poller = select.poll()  # not select(): descriptors above 1023 in a long test run
+        for fd in peers:
+            poller.register(fd, select.POLLIN)
         try:
             while not self._closed.is_set():
                 try:
-                    ready, _, _ = select.select([a, b], [], [], 0.1)
+                    events = poller.poll(100)
                 except (OSError, ValueError):
                     return
                 if self.mode == "reject":
                     return
-                for sock in ready:
+                for fd, _ in events:
+                    sock, other = peers[fd]
                     data = sock.recv(65536)
                     if not data:
                         return
                     if self.mode == "blackhole":
                         continue  # swallowed: nothing reaches the other side
-                    peers[sock].sendall(data)
+                    other.sendall(data)
                     if sock is a and self.cut_commits and self._is_commit(data):
                         with self._lock:
                             if self.cut_commits:

@@ -82,6 +82,47 @@ def test_a_node_whose_guard_dies_fences_at_once(
     db.close()
 
 
+def test_a_fenced_node_records_an_outcome_through_a_link_that_was_blackholed(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    """The node fences (its guard frozen) while a Python run executes; the run ends while
+    the node's link to MySQL is blackholed for a moment. Its outcome must still be
+    recorded before the session may expire: the results transaction stuck on the dead
+    connection gives up within seconds and tries again on a new one. Before: it waited
+    out the node's I/O timeout (5 s), the outcome was left in the journal, and a peer
+    reran the finished run (found by the soak in a stress round)."""
+    done = tmp_path / "done"
+    client.add_job({"name": "napper", "schedule": "0 0 1 1 *", "tags": ["n"],
+                    "callable": "tests.cluster.jobs:nap",
+                    "kwargs": {"seconds": 4.0, "path": str(done)}})
+    proxy = TcpProxy(*target(db_url))
+    db = Db(db_url)
+    try:
+        with nodes(proxied(db_url, proxy)) as start:
+            node = start("fenced", flags=["--tag", "n"], options={
+                "heartbeat-interval-s": "0.5", "fence-after-s": "2.5", "session-timeout-s": "5",
+                "poll-interval-s": "1"})
+            wait_until(lambda: db.live_sessions() == 1, timeout=60)
+            guard = guard_pid(node)
+            client.trigger_job("napper")
+            wait_until(lambda: Path(str(done) + ".started").exists(), timeout=30, interval=0.05,
+                       message="the run started")
+            os.kill(guard, signal.SIGSTOP)  # unanswered beats: the node fences
+            wait_until(lambda: "FENCED" in node.log(), timeout=30, interval=0.05,
+                       message="the node fenced")
+            proxy.blackhole()
+            wait_until(done.exists, timeout=30, interval=0.05, message="the run ended")
+            time.sleep(1.0)  # the cut itself lasts a moment past the run's end, not a wait
+            proxy.forward()
+            assert node.wait(30) == 3, node.log()[-3000:]
+        runs = db.rows("SELECT status, started_at FROM ql_runs WHERE job_name='napper'")
+        assert [r.status for r in runs] == ["succeeded"], (runs, node.log()[-2000:])
+        no_false_history(db)
+    finally:
+        proxy.close()
+        db.close()
+
+
 def test_a_node_frozen_past_fence_after_fences_on_waking_and_its_kill_is_no_failure(
     db_url: str, client: SchedulerClient, tmp_path: Path
 ) -> None:

@@ -117,6 +117,7 @@ def test_a_nodes_janitor_prunes_past_its_retention(client: SchedulerClient, db_u
     finally:
         node.db.dispose()
         node.hb_db.dispose()
+        node.results_db.dispose()
 
     keep_all = Node(NodeConfig(database_url=db_url, history_retention_s=0))
     try:
@@ -128,3 +129,4 @@ def test_a_nodes_janitor_prunes_past_its_retention(client: SchedulerClient, db_u
     finally:
         keep_all.db.dispose()
         keep_all.hb_db.dispose()
+        keep_all.results_db.dispose()

@@ -62,7 +62,7 @@ class Results(NodeService):
             return None
         with node.owned.mutex:
             try:
-                done = node.store.complete(
+                done = node.results_store.complete(
                     session_id=node.session_id, finished=batch, planner=node.planner,
                     stop=node.results_stop,
                 )
