@@ -34,7 +34,10 @@ RULES = [
      "whose outcome is truly unknown.",
      "soak: duplicates (keyed by slot; a rerun is excused only when the run was cut short "
      "or its node had no healthy moment to record it before expiry); fault suite: "
-     "duplicates; outage and burst rows below: executions of a finished run"),
+     "duplicates; outage and burst rows below: executions of a finished run; "
+     "tests/cluster/test_fence_outcomes.py (a run ending while the fenced node's link is "
+     "blackholed is still recorded), tests/integration/test_fence_race.py (a fenced node "
+     "waits for the outcome, not just the run's thread)"),
     ("A fenced node writes nothing but those outcomes: every retry loop stops at the fence.",
      "tests/integration/test_outcomes.py (a transaction refuses to commit once the stop is "
      "set); soak: false starts, duplicates"),
