@@ -2,9 +2,10 @@
 compensation (go-crontab's threads), each one short transaction under the named lock
 rows: the session lock before the job lock, always.
 
-"Exactly once" lives here as database invariants: every transition is checked
-against the state, owner and fire id read under the job lock, and the run row's
-UNIQUE (job_id, planned_at) refuses a second run of a slot. Nothing here spawns a
+"Exactly once" lives here as database invariants: every transition is a guarded
+statement of :mod:`quartzlite.storage.transitions`, checked against the state, owner and
+fire id read under the job lock, and the run row's UNIQUE (job_id, planned_at) refuses
+a second run of a slot. Nothing here spawns a
 process, sleeps or waits on anything but the database while it holds a lock row.
 Each method is idempotent, so the retry loop may run it again after a commit of
 unknown outcome.
