@@ -1,4 +1,6 @@
-"""The compensator service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The compensator: puts right what the database says this node owns but memory does
+not know (after a commit of unknown outcome): adopts prepared jobs, recovers runs that
+never started."""
 
 from __future__ import annotations
 

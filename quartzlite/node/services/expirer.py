@@ -1,4 +1,6 @@
-"""The expirer service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The expirer: expires peers silent for ``session_timeout_s`` (database clock), handing
+their prepared jobs back and recovering their runs; only after this node has itself
+heartbeated for a whole timeout."""
 
 from __future__ import annotations
 

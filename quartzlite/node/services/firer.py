@@ -1,4 +1,5 @@
-"""The firer service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The firer: prepared -> executing, with the run rows, up to ``fire_ahead_s`` before
+the instant, in one transaction per batch due together."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The heartbeat service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The heartbeat: renews the session by the database clock, in one statement that also
+returns that clock (our offset); it locks nothing but its own row. A node whose beats
+fail for ``fence_after_s`` fences (see the watchdog)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The janitor service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The janitor: prunes run history past ``history_retention_s``, a minute after start and
+then hourly."""
 
 from __future__ import annotations
 

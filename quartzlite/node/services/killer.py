@@ -1,4 +1,5 @@
-"""The killer service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The killer: while runs execute, every half second, kills the runs asked to die and
+cuts Python runs past their timeout short (their threads are told to stop)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The results service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The results thread: executing -> idle for the runs that ended, in batches, through a
+pool of its own with short timeouts; retried until each outcome is recorded (outcomes
+are facts, recorded even by a fenced node)."""
 
 from __future__ import annotations
 

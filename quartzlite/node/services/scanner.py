@@ -1,4 +1,6 @@
-"""The scanner service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The scanner: idle -> prepared under the job lock for the jobs due within the
+look-ahead that this node may run, in turns of at most 500, up to ``prefetch`` runs
+not started yet, and nothing while released runs wait for a place."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The starter service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The starter: releases fired runs at their instant (after one start check), highest
+priority first; each then takes one of the node's places as soon as one is free."""
 
 from __future__ import annotations
 

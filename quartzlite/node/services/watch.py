@@ -1,4 +1,6 @@
-"""The watch service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The watch: one lock-free SELECT per ``poll_interval_s`` that schedules the scanner at
+the earliest due job, the expirer at the oldest peer's deadline, and the compensator
+when what the database says we own and what memory holds disagree."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The watchdog service: see :mod:`quartzlite.node.node` for what each service does."""
+"""The watchdog: fences the node when no heartbeat succeeded for ``fence_after_s``, or
+when its guard died, stopped reading or stopped answering."""
 
 from __future__ import annotations
 
