@@ -256,6 +256,11 @@ def test_database_killed_mid_burst_never_reruns_a_finished_run(tmp_path: Path) -
                         "SELECT COUNT(DISTINCT job_name) FROM ql_runs WHERE status='succeeded' "
                         "AND job_name LIKE 's-%' AND slot_at > :u", u=u) == len(steady),
                     timeout=120, message="the steady jobs run again")
+                # Every node is back before the next crash (one still waiting to rejoin
+                # when the server dies again would not fence again: nothing to fence).
+                wait_until(lambda c=crash: all(n.log().count(" started: session ") > c + 1
+                                               for n in started),
+                           timeout=120, message="every node rejoined")
             wait_until(
                 lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE job_name LIKE 'b-%' "
                                   "AND status <> 'running'") >= len(burst),
