@@ -590,9 +590,12 @@ class Node:
             self.guard.close(kill=bool(self.owned.executing) or self.fenced.is_set())
         if self.journal is not None:
             self.journal.close(delete=True)  # kept if it holds unrecorded outcomes
-        self.db.dispose()
-        self.hb_db.dispose()
-        self.results_db.dispose()
+        self.dispose_pools()
+
+    def dispose_pools(self) -> None:
+        """Close the node's three connection pools (main, heartbeat, results)."""
+        for db in (self.db, self.hb_db, self.results_db):
+            db.dispose()
 
     # -- execution ---------------------------------------------------------------------
 

@@ -59,6 +59,4 @@ def test_the_fenced_node_waits_for_the_outcome_not_just_the_thread(
         assert execution.recorded.is_set()
     finally:
         release.set()
-        node.db.dispose()
-        node.hb_db.dispose()
-        node.results_db.dispose()
+        node.dispose_pools()

@@ -115,9 +115,7 @@ def test_a_nodes_janitor_prunes_past_its_retention(client: SchedulerClient, db_u
         assert node.janitor.run_once() is None  # then at its interval
         assert_pruned(client, db_url, ids)
     finally:
-        node.db.dispose()
-        node.hb_db.dispose()
-        node.results_db.dispose()
+        node.dispose_pools()
 
     keep_all = Node(NodeConfig(database_url=db_url, history_retention_s=0))
     try:
@@ -127,6 +125,4 @@ def test_a_nodes_janitor_prunes_past_its_retention(client: SchedulerClient, db_u
         keep_all.janitor.run_once()
         assert len(remaining_runs(client)) == 3
     finally:
-        keep_all.db.dispose()
-        keep_all.hb_db.dispose()
-        keep_all.results_db.dispose()
+        keep_all.dispose_pools()
