@@ -451,6 +451,19 @@ class Node:
             if problem is not None:
                 self.fence(problem)
 
+    def end_other_connections(self) -> None:
+        """Fenced: end, on the server, every connection of this node but the results'
+        (main pool, heartbeat). A transaction of its own stuck on a link that went dead
+        (a partition) would otherwise hold the job lock until the server times it out,
+        and the outcomes the fenced node must record would wait behind it, past the
+        session's expiry (the soak found a finished run rerun so). Nothing else of this
+        node may commit after a fence anyway. Raises StoreError if the database does not
+        answer (the results service tries again with its next round)."""
+        threads = self.db.server_threads() + self.hb_db.server_threads()
+        ended = self.results_db.end_threads(threads)
+        log.warning("fenced: ended %d other connection(s) of this node on the server", ended,
+                    extra={"action": "fence_connections_ended"})
+
     def _replay_journals(self) -> None:
         """Record the outcomes that nodes gone from this machine wrote to their journal
         but not to the database (a fence, a crash), before registering: the slots they

@@ -15,13 +15,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pymysql
-from sqlalchemy import Engine, create_engine, exc
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import Connection, make_url
 
 from quartzlite.errors import StoreError, TransientStoreError
@@ -32,6 +33,8 @@ T = TypeVar("T")
 #: Lock wait timeout: the server rolled back only the statement; we roll back all.
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
+#: KILL of a thread that is gone already.
+ER_NO_SUCH_THREAD = 1094
 #: Errors that may succeed when the transaction is run again.
 RETRYABLE_CODES = frozenset(
     {
@@ -140,6 +143,41 @@ class Database:
         # read. Autocommit connections never hold a transaction, so there is nothing to
         # roll back (this engine's dialect instance only).
         setattr(self.auto.dialect, "do_rollback", _no_rollback)  # noqa: B010
+        #: Every driver connection these pools opened (to end them on the server).
+        self._raw: weakref.WeakSet[Any] = weakref.WeakSet()
+        for engine in (self.engine, self.auto):
+            event.listen(engine, "connect", self._opened)
+
+    def _opened(self, dbapi_connection: Any, record: Any) -> None:
+        self._raw.add(dbapi_connection)
+
+    def server_threads(self) -> list[int]:
+        """The server's thread ids of this database's connections still open on our
+        side (idle or in use: a statement may be stuck on a dead link)."""
+        found = []
+        for raw in list(self._raw):
+            if getattr(raw, "open", False):
+                try:
+                    found.append(int(raw.thread_id()))
+                except (TypeError, ValueError, IndexError):
+                    pass
+        return found
+
+    def end_threads(self, thread_ids: Iterable[int]) -> int:
+        """``KILL CONNECTION`` each of these server threads (our own: any account may end
+        its own threads), from a connection of this database; those gone already are
+        skipped. Returns how many were ended. Their open transactions roll back and
+        their locks go at once, instead of when the server times them out."""
+        ended = 0
+        with self.connect() as conn:
+            for thread_id in thread_ids:
+                try:
+                    conn.exec_driver_sql(f"KILL CONNECTION {int(thread_id)}")
+                    ended += 1
+                except exc.DBAPIError as error:
+                    if error_code(error) != ER_NO_SUCH_THREAD:
+                        raise self._map(error) from error
+        return ended
 
     def dispose(self) -> None:
         self.engine.dispose()

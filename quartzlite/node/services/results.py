@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from quartzlite.errors import TransientStoreError
+from quartzlite.errors import StoreError, TransientStoreError
 from quartzlite.models import Finished
 from quartzlite.node.services.base import NodeService
 
@@ -29,6 +32,24 @@ class Results(NodeService):
     def __init__(self, node: Node) -> None:
         super().__init__(node, 1.0)
         self._first_seen: float | None = None
+        #: Fenced, and the node's other connections ended on the server.
+        self._cut_off = False
+
+    @contextmanager
+    def _owning(self) -> Iterator[None]:
+        """The process mutex, around a results transaction and its change of what the
+        node owns. Once fenced, not waited for: nothing else changes what a fenced node
+        owns (the scanner, firer and compensator are stopped), and one of them stuck in
+        a statement on a dead link, holding the mutex, must not hold the outcomes back."""
+        mutex: threading.RLock = self.node.owned.mutex
+        while not mutex.acquire(timeout=0.05):
+            if self.node.fenced.is_set():
+                yield
+                return
+        try:
+            yield
+        finally:
+            mutex.release()
 
     def run_once(self) -> float | None:
         node = self.node
@@ -62,7 +83,14 @@ class Results(NodeService):
                 break
         if not batch:
             return None
-        with node.owned.mutex:
+        if node.fenced.is_set() and not self._cut_off:
+            try:
+                node.end_other_connections()
+                self._cut_off = True
+            except StoreError as error:
+                log.warning("fenced: could not end the node's other connections: %s",
+                            error.message, extra={"action": "fence_connections_left"})
+        with self._owning():
             try:
                 done = node.results_store.complete(
                     session_id=node.session_id, finished=batch, planner=node.planner,
