@@ -94,7 +94,7 @@ from quartzlite.node.stats import NodeStats
 from quartzlite.node.workers import WorkerPool
 from quartzlite.storage import migrate
 from quartzlite.storage.engine import Database
-from quartzlite.storage.node import NodeStore
+from quartzlite.storage.node import NodeStore, SpecCache
 
 log = logging.getLogger("quartzlite.node")
 EXIT_OK = 0
@@ -225,7 +225,10 @@ class Node:
         self.results_stop = threading.Event()
         # Every retry loop but the results' stops at the fence: a fenced node writes
         # nothing but outcomes.
-        self.store = NodeStore(self.db, node_name=self.node_name, stop=self.fenced)
+        #: Job definitions read, shared by the stores that read them (scan, results).
+        self.specs = SpecCache()
+        self.store = NodeStore(self.db, node_name=self.node_name, stop=self.fenced,
+                               specs=self.specs)
         self.hb_store = NodeStore(self.hb_db, node_name=self.node_name, stop=self.fenced)
         # Results have a pool of their own with short timeouts too: a results
         # transaction stuck on a dead (blackholed) connection must give up within
@@ -236,7 +239,8 @@ class Node:
             io_timeout_s=max(1.5, min(3.0, config.fence_after_s / 2)),
             pool_size=2, idle_timeout_s=idle_timeout, on_error=self._db_error,
         )
-        self.results_store = NodeStore(self.results_db, node_name=self.node_name)
+        self.results_store = NodeStore(self.results_db, node_name=self.node_name,
+                                       specs=self.specs)
         self.journal: Journal | None = None
         self.planner = SchedulePlanner()
         self.tag_sets = tag_sets(config.tags)

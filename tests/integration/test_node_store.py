@@ -71,3 +71,7 @@ def test_runs_are_fired_ahead_and_checked_at_their_instant(
     stale = replace(by_name["late"], fire_id=f"{SESSION}:0:{by_name['late'].job_id}")
     check = store.start_check(SESSION, [stale, by_name["on-time"]])
     assert check.stopped == {stale.job_id: "moved"}
+    # A fire id that cannot be written into the statement as it is goes as a parameter.
+    odd = replace(by_name["late"], fire_id="it's 100%\\ odd")
+    check = store.start_check(SESSION, [odd, by_name["on-time"]])
+    assert check.stopped == {odd.job_id: "moved"}

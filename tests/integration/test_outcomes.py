@@ -149,7 +149,10 @@ def test_a_job_that_cannot_be_planned_is_quarantined_not_fatal(
     db = Database(db_url)
     try:
         with db.connect() as conn:
-            conn.execute(text("UPDATE ql_jobs SET schedule='@every banana' WHERE name='poison'"))
+            # By hand, as an operator must: with a new stamp (nodes keep a definition they
+            # have read until updated_at changes).
+            conn.execute(text("UPDATE ql_jobs SET schedule='@every banana', updated_at=NOW(6) "
+                              "WHERE name='poison'"))
     finally:
         db.dispose()
     now = client.now()
@@ -169,3 +172,29 @@ def test_a_job_that_cannot_be_planned_is_quarantined_not_fatal(
     # Fixing the job (a valid schedule) clears the quarantine.
     client.update_job("poison", {"schedule": "@every 1h", "paused": False})
     assert client.get_job("poison").error is None
+
+
+def test_a_definition_changed_while_its_run_executes_is_what_the_result_plans_with(
+    client: SchedulerClient, store: NodeStore
+) -> None:
+    """The node keeps the definitions it has read (a cache keyed by updated_at): an edit
+    made while a run executes must still decide the job's next fire when it ends."""
+    fired = fire_now(client, store, ["edited", "kept"])
+    assert len(store.specs) == 2
+    client.update_job("edited", {"schedule": "@every 1h"})
+    now = client.now()
+    store.complete(session_id=SESSION, planner=SchedulePlanner(), finished=[
+        Finished(fired=f, outcome=Outcome(status=RunStatus.SUCCEEDED), ended_at=now, started_at=now)
+        for f in fired
+    ])
+    edited = client.get_job("edited")
+    assert edited.state is JobState.IDLE
+    assert edited.next_fire_at is not None
+    # @every 1h from the slot (planned 30 s from now), where the old @at had no next.
+    assert timedelta(minutes=59) < edited.next_fire_at - now <= timedelta(hours=1, seconds=40)
+    # The one-shot job that was not edited is done: nothing more to fire.
+    assert client.get_job("kept").next_fire_at is None
+    reads = store.specs.reads
+    stamp = edited.updated_at.replace(tzinfo=None)  # as stored
+    assert store.specs.get(edited.id, stamp) is not None, "the new definition is kept"
+    assert reads == 3, "read once each at prepare, and the edited one again"

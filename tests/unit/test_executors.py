@@ -232,3 +232,32 @@ def test_a_command_killed_before_its_go_never_runs(tmp_path: Path) -> None:
                     output_limit=1000, handle=handle)
     assert out.status is RunStatus.KILLED
     assert not marker.exists()
+
+
+def test_shell_jobs_get_default_sigpipe_and_only_their_own_descriptors() -> None:
+    # Python ignores SIGPIPE; a job must not inherit that (`yes | head` would end on an
+    # error instead of the signal). Bit 13-1 of SigIgn is SIGPIPE.
+    out = shell("grep SigIgn /proc/self/status; ls /proc/self/fd")
+    assert out.status is RunStatus.SUCCEEDED, out
+    ignored = int(out.output.splitlines()[0].split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1))
+    assert not ignored & (1 << (signal.SIGXFSZ - 1))
+    # stdin, stdout, stderr and ls's own directory descriptor: nothing of the node's.
+    assert sorted(int(fd) for fd in out.output.splitlines()[1:]) == [0, 1, 2, 3]
+
+
+def test_shell_works_for_a_process_with_its_standard_descriptors_closed() -> None:
+    # A daemonised node may run with stdin and stdout closed: its pipes then get numbers
+    # 0-3, which the child's descriptor set-up must not overwrite before copying them.
+    script = (
+        "import os, sys\n"
+        "from quartzlite.executors import RunHandle, run_shell\n"
+        "err = os.dup(2)\n"
+        "os.close(0); os.close(1)\n"
+        "out = run_shell('echo hi; cat; echo done', env={}, timeout_s=10, kill_grace_s=1,\n"
+        "                output_limit=1000, handle=RunHandle())\n"
+        "os.write(err, f'{out.status.value}|{out.output!r}'.encode())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
+                            check=False)
+    assert result.stderr.decode() == "succeeded|'hi\\ndone\\n'"

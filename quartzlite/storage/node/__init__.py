@@ -20,6 +20,7 @@ from quartzlite.storage.node.base import (
     Owned,
     Planner,
     Scan,
+    SpecCache,
     StartCheck,
     Watch,
 )
@@ -35,5 +36,6 @@ class NodeStore(Sessions, Scanning, Firing, Results, Recovery):
     recovery); see the module docstring."""
 
 
-__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "StartCheck",
+__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "SpecCache",
+           "StartCheck",
            "Watch"]

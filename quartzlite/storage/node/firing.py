@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, insert, literal, or_, select
+from sqlalchemy import func, insert, literal, select
 from sqlalchemy.engine import Connection
 
 from quartzlite.clock import utc
@@ -24,6 +25,9 @@ from quartzlite.storage.node.base import (
 from quartzlite.storage.tables import jobs, runs
 
 log = logging.getLogger("quartzlite.storage.node")
+
+#: A fire id that may be written into a statement as it is (see ``start_check``).
+_PLAIN = re.compile(r"[0-9A-Za-z:._-]*")
 
 
 class Firing(StoreBase):
@@ -161,30 +165,35 @@ class Firing(StoreBase):
         job was paused, deleted or asked to die since (or is no longer this fire of
         ours). One autocommitted consistent read that locks nothing and returns only
         the exceptions (usually none)."""
-        anchor = select(literal(1).label("one")).subquery("anchor")
-        changed = and_(
-            jobs.c.id.in_([p.job_id for p in items]),
-            or_(
-                jobs.c.paused.is_(True), jobs.c.deleted.is_(True),
-                jobs.c.kill_requested.is_(True), jobs.c.state != JobState.EXECUTING.value,
-                jobs.c.owner_session != session_id,
-                jobs.c.fire_id.not_in([p.fire_id for p in items]),
-            ),
+        # Straight to the driver, the lists written out: it runs at the instant, on
+        # every start's path, and SQLAlchemy's rendering of 2,000 ids and fire ids cost
+        # ~8 ms of CPU there (~1.5 ms this way). Ids are ints; fire ids are the node's own
+        # (hex session id, batch and job numbers), bound like any value if ever not.
+        ids = ",".join(str(int(p.job_id)) for p in items)
+        fire_ids = [p.fire_id for p in items]
+        params: tuple[str, ...] = (JobState.EXECUTING.value, session_id)
+        if all(_PLAIN.fullmatch(f) for f in fire_ids):
+            marks = ",".join(f"'{f}'" for f in fire_ids)
+        else:
+            marks = ",".join("%s" for _ in fire_ids)
+            params += tuple(fire_ids)
+        sql = (
+            "SELECT NOW(6), j.id, j.state, j.owner_session, j.fire_id, j.paused, j.deleted,"
+            " j.kill_requested FROM (SELECT 1 AS one) AS anchor LEFT OUTER JOIN ql_jobs AS j"
+            f" ON j.id IN ({ids}) AND (j.paused IS true OR j.deleted IS true"
+            " OR j.kill_requested IS true OR j.state != %s OR j.owner_session != %s"
+            f" OR j.fire_id NOT IN ({marks}))"
         )
-        query = select(
-            func.now(6), jobs.c.id, jobs.c.state, jobs.c.owner_session, jobs.c.fire_id,
-            jobs.c.paused, jobs.c.deleted, jobs.c.kill_requested,
-        ).select_from(anchor.outerjoin(jobs, changed))
-        fire_ids = {p.job_id: p.fire_id for p in items}
+        by_job = {p.job_id: p.fire_id for p in items}
 
         def run(conn: Connection) -> StartCheck:
-            found = conn.execute(query).all()
+            found = conn.exec_driver_sql(sql, params).all()
             stopped: dict[int, str] = {}
             for _now, job_id, state, owner, fire_id, paused, deleted, kill in found:
                 if job_id is None:
                     continue
                 if (state != JobState.EXECUTING.value or owner != session_id
-                        or fire_id != fire_ids.get(job_id)):
+                        or fire_id != by_job.get(job_id)):
                     stopped[job_id] = "moved"
                 elif kill:
                     stopped[job_id] = "kill"

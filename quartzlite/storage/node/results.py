@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import insert, select
-from sqlalchemy.engine import RowMapping
 
 from quartzlite.clock import utc
 from quartzlite.enums import JobState
@@ -17,6 +16,7 @@ from quartzlite.storage.batch import update_from_rows
 from quartzlite.storage.engine import RetryPolicy, Tx
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
+    RESULT_COLUMNS,
     SPEC_COLUMNS,
     Completed,
     Planner,
@@ -41,15 +41,21 @@ class Results(StoreBase):
             current = {
                 r["id"]: r
                 for r in t.conn.execute(
-                    select(*SPEC_COLUMNS).where(
+                    select(*RESULT_COLUMNS).where(
                         jobs.c.id.in_([f.fired.prepared.job_id for f in finished])
                     )
                 ).mappings()
             }
+            fire_ids = {f.fired.prepared.job_id: f.fired.prepared.fire_id for f in finished}
+            ours = [
+                r for r in current.values()
+                if r["state"] == JobState.EXECUTING.value and r["owner_session"] == session_id
+                and r["fire_id"] == fire_ids[r["id"]]
+            ]
+            specs, poisoned = self._specs_of(t.conn, ours)
             run_values: list[dict[str, Any]] = []
             job_values: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
-            poisoned: list[tuple[RowMapping, BaseException]] = []
             for item in finished:
                 p = item.fired.prepared
                 run_values.append(
@@ -62,15 +68,16 @@ class Results(StoreBase):
                     }
                 )
                 row = current.get(p.job_id)
+                spec = specs.get(p.job_id)
                 if (
                     row is None
+                    or spec is None
                     or row["state"] != JobState.EXECUTING.value
                     or row["fire_id"] != p.fire_id
                     or row["owner_session"] != session_id
                 ):
                     continue
                 try:
-                    spec = rows.spec_from_row(row)
                     plan = planner.after_run(spec, item, now)
                 except Exception as error:  # noqa: BLE001 - one job never stops a node
                     poisoned.append((row, error))

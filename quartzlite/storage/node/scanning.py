@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, insert, select
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 
 from quartzlite.clock import utc
 from quartzlite.enums import JobState
@@ -18,6 +18,7 @@ from quartzlite.storage import rows, transitions
 from quartzlite.storage.engine import Tx
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
+    SCAN_COLUMNS,
     SPEC_COLUMNS,
     Planner,
     Scan,
@@ -51,18 +52,20 @@ class Scanning(StoreBase):
             now = db_now(t.conn)
             horizon = now + timedelta(seconds=look_ahead_s)
             found = t.conn.execute(
-                select(*SPEC_COLUMNS)
+                select(*SCAN_COLUMNS)
                 .where(*self._due_filter(tag_sets), jobs.c.next_fire_at <= rows.to_db(horizon))
                 .order_by(jobs.c.priority.desc(), jobs.c.next_fire_at)
                 .limit(limit)
             ).mappings().all()
+            specs, poisoned = self._specs_of(t.conn, found)
             result: list[Prepared] = []
             moved: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
-            poisoned: list[tuple[RowMapping, BaseException]] = []
             for row in found:
+                spec = specs.get(row["id"])
+                if spec is None:
+                    continue  # poisoned
                 try:
-                    spec = rows.spec_from_row(row)
                     planned_at = utc(row["next_fire_at"])
                     slot_at = utc(row["next_slot_at"] or row["next_fire_at"])
                     attempt = row["next_attempt"]
