@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -523,7 +524,23 @@ def node(ctx: click.Context, /, **options: Any) -> None:
     """Run one scheduler node until SIGTERM/SIGINT (a second signal stops at once)."""
     from quartzlite.node.runtime import run_node
 
-    sys.exit(run_node(node_config(ctx, options)))
+    _exit_process(run_node(node_config(ctx, options)))
+
+
+def _exit_process(code: int) -> NoReturn:
+    """End a node's process with ``code`` once the node has stopped, without the
+    interpreter's finalization. Everything the node owns is closed by then (journal,
+    guard, pools); what may still run are daemon threads stuck in a C call on a dead
+    link, and one of those waking up inside a finalizing interpreter (or OpenSSL's
+    exit-time cleanup) crashed the process with SIGSEGV now and then: the exit status
+    is how supervisors and operators tell a fence (3) from a stop (0)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 # -- api, serve, token ---------------------------------------------------------------
@@ -617,7 +634,7 @@ def serve(
     finally:
         set_node(app, None)
         server.stop()
-    sys.exit(code)
+    _exit_process(code)
 
 
 @main.group()

@@ -37,7 +37,9 @@ RULES = [
      "duplicates; outage and burst rows below: executions of a finished run; "
      "tests/cluster/test_fence_outcomes.py (a run ending while the fenced node's link is "
      "blackholed is still recorded), tests/integration/test_fence_race.py (a fenced node "
-     "waits for the outcome, not just the run's thread)"),
+     "waits for the outcome, not just the run's thread; its outcomes do not wait behind "
+     "its own transaction stuck with the job lock on a dead link: it ends its other "
+     "connections on the server)"),
     ("A fenced node writes nothing but those outcomes: every retry loop stops at the fence.",
      "tests/integration/test_outcomes.py (a transaction refuses to commit once the stop is "
      "set); soak: false starts, duplicates"),

@@ -3,6 +3,7 @@ when ``rejoin`` is set. The node itself is :class:`quartzlite.node.node.Node`.""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 from collections.abc import Callable
@@ -45,6 +46,10 @@ def run_node(
     returns the exit code. ``on_started`` is called with each new Node once its
     session is registered (again after a rejoin)."""
     stop = stop or StopRequest()
+    if not faulthandler.is_enabled():
+        # A crash of the interpreter (a C extension, a signal) leaves every thread's
+        # stack in the node's log instead of a bare exit status.
+        faulthandler.enable()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.request()

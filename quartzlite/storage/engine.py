@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import pymysql
+import pymysql.connections
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import Connection, make_url
 
@@ -67,6 +69,31 @@ def error_code(error: BaseException) -> int | None:
     if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
         return 2006
     return None
+
+
+class _Connection(pymysql.connections.Connection):
+    """PyMySQL's connection, whose TLS context for a URL that sets no TLS options (its
+    PREFERRED mode: TLS if the server offers it, nothing verified) is built once per
+    process instead of once per connection. Building it loads the system's CA store:
+    ~10-60 ms of CPU for every new connection (a node reconnecting after an outage paid
+    it for each), and a thread still inside that load when the process exited crashed it
+    (SIGSEGV in OpenSSL's exit-time cleanup, seen in the fault suite). A URL that sets
+    TLS options (ssl_ca, ssl_verify_cert, ...) gets PyMySQL's own context, as before."""
+
+    _preferred: ClassVar[ssl.SSLContext | None] = None
+    _preferred_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def _create_ssl_ctx(self, sslp: Any) -> Any:
+        if sslp:
+            return super()._create_ssl_ctx(sslp)  # type: ignore[misc]
+        with _Connection._preferred_lock:
+            if _Connection._preferred is None:
+                _Connection._preferred = super()._create_ssl_ctx(sslp)  # type: ignore[misc]
+            return _Connection._preferred
+
+
+def _connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
+    return _Connection(*cargs, **cparams)
 
 
 @dataclass(slots=True)
@@ -146,6 +173,7 @@ class Database:
         #: Every driver connection these pools opened (to end them on the server).
         self._raw: weakref.WeakSet[Any] = weakref.WeakSet()
         for engine in (self.engine, self.auto):
+            event.listen(engine, "do_connect", _connect)
             event.listen(engine, "connect", self._opened)
 
     def _opened(self, dbapi_connection: Any, record: Any) -> None:

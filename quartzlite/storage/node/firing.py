@@ -169,11 +169,11 @@ class Firing(StoreBase):
         # every start's path, and SQLAlchemy's rendering of 2,000 ids and fire ids cost
         # ~8 ms of CPU there (~1.5 ms this way). Ids are ints; fire ids are the node's own
         # (hex session id, batch and job numbers), bound like any value if ever not.
-        ids = ",".join(str(int(p.job_id)) for p in items)
+        ids = ",".join(str(int(p.job_id)) for p in items) or "NULL"  # none: just the clock
         fire_ids = [p.fire_id for p in items]
         params: tuple[str, ...] = (JobState.EXECUTING.value, session_id)
         if all(_PLAIN.fullmatch(f) for f in fire_ids):
-            marks = ",".join(f"'{f}'" for f in fire_ids)
+            marks = ",".join(f"'{f}'" for f in fire_ids) or "NULL"
         else:
             marks = ",".join("%s" for _ in fire_ids)
             params += tuple(fire_ids)
