@@ -25,8 +25,8 @@ import importlib
 import logging
 import os
 import select
-import shutil
 import signal
+import subprocess
 import threading
 import time
 import traceback
@@ -170,81 +170,15 @@ class _Tail:
         return body
 
 
-#: Where the gate's pipe reaches bash (see :func:`_gated`).
-GATE_FD = 3
-
-
-def _bash() -> str:
-    """bash's path, looked up once (the node's PATH is the jobs' PATH)."""
-    global _BASH
-    if _BASH is None:
-        _BASH = shutil.which("bash") or "/bin/bash"
-    return _BASH
-
-
-_BASH: str | None = None
-
-
 def _above_stdio(fd: int) -> int:
-    """``fd``, or a close-on-exec copy of it above the standard descriptors and the gate
-    (a node started with stdin or stdout closed gets pipes numbered 0-3, which the child's
-    descriptor set-up would overwrite before it copies them)."""
-    if fd > GATE_FD:
+    """``fd``, or a close-on-exec copy of it above the standard descriptors: a node started
+    with stdin or stdout closed gets pipes numbered 0-2, and the child's stdin and stdout
+    would replace the gate's pipe before bash reads it (every shell run failed so)."""
+    if fd > 2:
         return fd
-    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, GATE_FD + 1)
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     os.close(fd)
     return moved
-
-
-_sealed = threading.Lock()
-_SEALED: list[bool] = []
-
-
-def _seal_inherited() -> None:
-    """Once per process: every descriptor above stderr it inherited (a supervisor's,
-    a shell's) becomes close-on-exec, so no job inherits it. What the process opens
-    itself is close-on-exec already (Python's default, PEP 446)."""
-    with _sealed:
-        if _SEALED:
-            return
-        try:
-            names = os.listdir("/proc/self/fd")
-        except OSError:
-            names = os.listdir("/dev/fd")
-        for name in names:
-            fd = int(name)
-            if fd > 2:
-                try:
-                    os.set_inheritable(fd, False)
-                except OSError:
-                    pass  # the listing's own descriptor, closed already
-        _SEALED.append(True)
-
-
-def _spawn(command: str, env: Mapping[str, str], out_w: int, go_r: int) -> int:
-    """Start ``bash -c`` behind its gate in a new session (its own process group), stdin
-    /dev/null, stdout and stderr to ``out_w``, the gate's read end as descriptor 3.
-
-    ``posix_spawn`` (a vfork and an exec), not ``subprocess.Popen``, whose Python-side
-    set-up measured ~0.7 ms of the node's CPU a run against ~0.2 ms: a burst of shell
-    runs due together starts that much sooner. Every descriptor the node opens is
-    close-on-exec (Python's default) and those it inherited are made so before its first
-    spawn (:func:`_seal_inherited`), so the command inherits only these three. SIGPIPE
-    and SIGXFSZ get their default action back (Python ignores them), as Popen does."""
-    if not _SEALED:
-        _seal_inherited()
-    return os.posix_spawn(
-        _bash(), ["bash", "-c", _gated(command, GATE_FD)], job_environment(env),
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_w, 1),
-            (os.POSIX_SPAWN_DUP2, out_w, 2),
-            (os.POSIX_SPAWN_DUP2, go_r, GATE_FD),
-        ],
-        setsid=True,
-        setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-        setsigmask=(),
-    )
 
 
 def _exit_watch(pid: int) -> int | None:
@@ -269,18 +203,30 @@ def run_shell(
     handle: RunHandle,
 ) -> Outcome:
     tail = _Tail(output_limit)
-    out_r, out_w = os.pipe()
-    go_r, go_w = os.pipe()
-    out_w, go_r = _above_stdio(out_w), _above_stdio(go_r)
+    go_read, go_write = os.pipe()
+    go_read = _above_stdio(go_read)
     try:
-        pid = _spawn(command, env, out_w, go_r)
+        # subprocess, not os.posix_spawn: that one keeps the GIL while the child execs,
+        # and with 16 runs starting at once the node's other threads waited (a burst of
+        # shell runs started later, though each spawn cost the node less CPU).
+        proc = subprocess.Popen(
+            ["bash", "-c", _gated(command, go_read)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=job_environment(env),
+            close_fds=True,
+            pass_fds=(go_read,),
+        )
     except OSError as error:
-        for fd in (out_r, go_w):
-            os.close(fd)
+        os.close(go_write)
         return Outcome(status=RunStatus.FAILED, error=f"could not start bash: {error}")
     finally:
-        os.close(out_w)
-        os.close(go_r)
+        os.close(go_read)
+    pid = proc.pid
+    assert proc.stdout is not None
+    out_r = proc.stdout.fileno()
     with handle._lock:
         handle.pgid = pid
         force = handle.force
@@ -290,10 +236,10 @@ def run_shell(
         _signal_group(pid, signal.SIGKILL)
     else:
         try:
-            os.write(go_w, b"go\n")
+            os.write(go_write, b"go\n")
         except OSError:
             pass  # bash is gone already
-    os.close(go_w)
+    os.close(go_write)
     # poll, not select: a busy node has descriptors above select's FD_SETSIZE (1024).
     # bash's exit is watched through a pidfd in the same poll: the run ends the moment
     # bash does (a pipe closed a moment before bash is reapable cost a 50 ms nap).
@@ -308,7 +254,6 @@ def run_shell(
     why: RunStatus | None = None
     reason: str | None = None
     open_pipe = True
-    status = 0
     try:
         while True:
             if why is None and handle.kill_requested:
@@ -346,7 +291,7 @@ def run_shell(
                 break
             tail.add(data)
     finally:
-        os.close(out_r)
+        proc.stdout.close()
         if exit_fd is not None:
             os.close(exit_fd)
         # bash, not reaped yet, still holds the group id: kill the group (bash too, if
@@ -356,8 +301,8 @@ def run_shell(
             handle.pgid = None
         if handle.on_group is not None:
             handle.on_group(pid, False)
-        _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
+        proc.wait()
+    code = proc.returncode
     output = tail.text()
     if why is not None:
         return Outcome(status=why, exit_code=code, output=output, error=reason)

@@ -248,7 +248,8 @@ def test_shell_jobs_get_default_sigpipe_and_only_their_own_descriptors() -> None
 
 def test_shell_works_for_a_process_with_its_standard_descriptors_closed() -> None:
     # A daemonised node may run with stdin and stdout closed: its pipes then get numbers
-    # 0-3, which the child's descriptor set-up must not overwrite before copying them.
+    # 0-2, and the gate's pipe must not be replaced by the child's stdin before bash reads
+    # it (before the fix every shell run of such a node failed with exit 125).
     script = (
         "import os, sys\n"
         "from quartzlite.executors import RunHandle, run_shell\n"
