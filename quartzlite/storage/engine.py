@@ -170,35 +170,48 @@ class Database:
         # read. Autocommit connections never hold a transaction, so there is nothing to
         # roll back (this engine's dialect instance only).
         setattr(self.auto.dialect, "do_rollback", _no_rollback)  # noqa: B010
-        #: Every driver connection these pools opened (to end them on the server).
-        self._raw: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: Every driver connection these pools opened, with when (monotonic): to end
+        #: them on the server.
+        self._raw: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         for engine in (self.engine, self.auto):
             event.listen(engine, "do_connect", _connect)
             event.listen(engine, "connect", self._opened)
 
     def _opened(self, dbapi_connection: Any, record: Any) -> None:
-        self._raw.add(dbapi_connection)
+        self._raw[dbapi_connection] = time.monotonic()
 
-    def server_threads(self) -> list[int]:
-        """The server's thread ids of this database's connections still open on our
-        side (idle or in use: a statement may be stuck on a dead link)."""
+    def server_threads(self) -> list[tuple[int, float]]:
+        """(server thread id, monotonic instant it was opened) of this database's
+        connections still open on our side (idle or in use: a statement may be stuck
+        on a dead link)."""
         found = []
-        for raw in list(self._raw):
+        for raw, opened in list(self._raw.items()):
             if getattr(raw, "open", False):
                 try:
-                    found.append(int(raw.thread_id()))
+                    found.append((int(raw.thread_id()), opened))
                 except (TypeError, ValueError, IndexError):
                     pass
         return found
 
-    def end_threads(self, thread_ids: Iterable[int]) -> int:
-        """``KILL CONNECTION`` each of these server threads (our own: any account may end
-        its own threads), from a connection of this database; those gone already are
-        skipped. Returns how many were ended. Their open transactions roll back and
-        their locks go at once, instead of when the server times them out."""
+    def end_threads(self, threads: Iterable[tuple[int, float]]) -> int:
+        """``KILL CONNECTION`` each of these server threads (from :meth:`server_threads`
+        of another Database: our own, and any account may end its own threads) from a
+        connection of this one; those gone already are skipped. Returns how many were
+        ended. Their open transactions roll back and their locks go at once, instead of
+        when the server times them out.
+
+        Only connections opened while the server now answering was up: a thread id from
+        before a restart may belong to someone else's connection by now (ids start over),
+        and this must never end a peer's or an operator's session."""
         ended = 0
         with self.connect() as conn:
-            for thread_id in thread_ids:
+            uptime = float(conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Uptime'").one()[1])
+            # The server started no later than this (Uptime counts whole seconds, and we
+            # read it a round trip ago); a margin for the clocks' steps.
+            up_since = time.monotonic() - uptime + 1.5
+            for thread_id, opened in threads:
+                if opened < up_since:
+                    continue
                 try:
                     conn.exec_driver_sql(f"KILL CONNECTION {int(thread_id)}")
                     ended += 1

@@ -282,3 +282,46 @@ def test_database_killed_mid_burst_never_reruns_a_finished_run(tmp_path: Path) -
         no_false_history(db)
         db.close()
         client.close()
+
+
+def test_a_fenced_node_never_ends_a_connection_that_is_not_its_own() -> None:
+    """A fenced node ends its other connections on the server by thread id. After a
+    server restart the ids start over: the id a node's old (dead) connection had may now
+    be a peer's or an operator's session, which must be left alone."""
+    import pymysql
+
+    from quartzlite.storage.engine import Database
+
+    with private_database() as (server, url):
+        node_db, results_db = Database(url), Database(url)
+        try:
+            with node_db.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+            (stale_id, _), = node_db.server_threads()
+            # Uptime counts whole seconds: restart well after the connection opened.
+            time.sleep(2.0)  # not a wait for a condition: the old connection must be old
+            server.restart()
+            others: list[pymysql.connections.Connection] = []
+            try:
+                while not others or others[-1].thread_id() < stale_id:
+                    others.append(pymysql.connect(host="127.0.0.1", port=server.port, user="root"))
+                # (ids start over: one of these has the stale id, unless the server's
+                # own threads took it)
+                assert [t for t, _ in node_db.server_threads()] == [stale_id]  # still "open"
+                assert results_db.end_threads(node_db.server_threads()) == 0
+                for other in others:
+                    with other.cursor() as cursor:
+                        cursor.execute("SELECT 1")  # alive: not killed
+                # A connection opened since the restart (past the margin for Uptime's
+                # whole seconds) is ended as asked.
+                time.sleep(2.0)  # not a wait for a condition: the margin itself
+                with node_db.connect() as conn:
+                    conn.exec_driver_sql("SELECT 1")
+                fresh = [(t, o) for t, o in node_db.server_threads() if t != stale_id]
+                assert results_db.end_threads(fresh) == 1
+            finally:
+                for c in others:
+                    c.close()
+        finally:
+            node_db.dispose()
+            results_db.dispose()
