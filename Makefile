@@ -67,6 +67,16 @@ LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_
 test-faults: venv db tools
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)
 
+.PHONY: test-fuzz
+# The API fuzz (not part of `make test`): schemathesis against a live server, its checks
+# (tests/api/test_openapi_schemathesis.py says which two are left out and why),
+# FUZZ_EXAMPLES examples per operation (`make test` runs 40), and the Hypothesis
+# properties of schedules and job fields with as many examples. Several minutes.
+FUZZ_EXAMPLES ?= 2000
+test-fuzz: venv db
+	QUARTZLITE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUARTZLITE_PROPERTY_EXAMPLES=$(FUZZ_EXAMPLES) \
+		$(PY) -m pytest -q tests/api/test_openapi_schemathesis.py tests/unit/test_properties.py
+
 .PHONY: stress-test
 # make test + make test-faults ROUNDS times in a row with every core kept busy by stress-ng.
 ROUNDS ?= 5

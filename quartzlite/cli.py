@@ -20,9 +20,10 @@ import click
 
 from quartzlite import codec
 from quartzlite.client import SchedulerClient
-from quartzlite.config import ApiConfig, NodeConfig, database_url_from_env
+from quartzlite.config import ApiConfig, NodeConfig, database_url_from_env, with_password
 from quartzlite.errors import QuartzliteError, ValidationError
 from quartzlite.models import Job, Run
+from quartzlite.redact import SafeFormatter
 
 log = logging.getLogger("quartzlite.cli")
 
@@ -104,6 +105,14 @@ def _when(value: datetime | None) -> str:
     "(env QUARTZLITE_DATABASE_URL; default: the local server, database quartzlite).",
 )
 @click.option(
+    "--database-password-file",
+    default=None,
+    metavar="FILE",
+    help="Read the database password from FILE (env QUARTZLITE_DATABASE_PASSWORD_FILE, or "
+    "the password itself in QUARTZLITE_DATABASE_PASSWORD): a password in --database-url "
+    "is visible to every local user in `ps`.",
+)
+@click.option(
     "--log-level",
     envvar="QUARTZLITE_LOG_LEVEL",
     default="INFO",
@@ -112,16 +121,20 @@ def _when(value: datetime | None) -> str:
 )
 @click.version_option(package_name="quartzlite")
 @click.pass_context
-def main(ctx: click.Context, /, database_url: str | None, log_level: str) -> None:
+def main(
+    ctx: click.Context, /, database_url: str | None, database_password_file: str | None,
+    log_level: str,
+) -> None:
     """quartzlite: a clustered, Quartz-style job scheduler on MySQL."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    # Control characters in a message (a request's path, a job's name) are escaped.
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     ctx.ensure_object(dict)
-    ctx.obj["database_url"] = database_url or database_url_from_env()
+    ctx.obj["database_url"] = with_password(
+        database_url or database_url_from_env(), database_password_file
+    )
 
 
 # -- db ------------------------------------------------------------------------------
@@ -547,7 +560,7 @@ def _exit_process(code: int) -> NoReturn:
 
 
 def _api_options(*, prefixed: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """--api-host/--api-port/--api-threads (plus --host/--port/--threads for ``api``)."""
+    """One --api-NAME option per ApiConfig setting (``api`` also takes --NAME)."""
 
     def names(name: str) -> tuple[str, ...]:
         return (f"--api-{name}",) if prefixed else (f"--{name}", f"--api-{name}")
@@ -561,6 +574,18 @@ def _api_options(*, prefixed: bool) -> Callable[[Callable[..., Any]], Callable[.
         click.option(*names("threads"), "api_threads", type=int,
                      envvar="QUARTZLITE_API_THREADS", default=None, show_envvar=True,
                      help="WSGI worker threads [default: 8]"),
+        click.option(*names("connection-limit"), "api_connection_limit", type=int,
+                     envvar="QUARTZLITE_API_CONNECTION_LIMIT", default=None, show_envvar=True,
+                     help="most open connections, idle ones included; lowered to what the "
+                     "file descriptor limit allows [default: 1000]"),
+        click.option(*names("channel-timeout-s"), "api_channel_timeout_s", type=int,
+                     envvar="QUARTZLITE_API_CHANNEL_TIMEOUT_S", default=None, show_envvar=True,
+                     help="seconds before a silent connection (idle, or a request that "
+                     "never finishes arriving) is closed [default: 30]"),
+        click.option(*names("max-header-bytes"), "api_max_header_bytes", type=int,
+                     envvar="QUARTZLITE_API_MAX_HEADER_BYTES", default=None, show_envvar=True,
+                     help="largest request line and headers; larger gets 431 "
+                     "[default: 32768]"),
     ]
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -571,21 +596,21 @@ def _api_options(*, prefixed: bool) -> Callable[[Callable[..., Any]], Callable[.
     return wrap
 
 
-def _api_config(api_host: str | None, api_port: int | None, api_threads: int | None) -> ApiConfig:
-    return ApiConfig.from_env(host=api_host, port=api_port, threads=api_threads)
+def _api_config(options: dict[str, Any]) -> ApiConfig:
+    """The ApiConfig of the ``api_*`` options, taken out of ``options``."""
+    names = [name for name in options if name.startswith("api_")]
+    return ApiConfig.from_env(**{name.removeprefix("api_"): options.pop(name) for name in names})
 
 
 @main.command("api")
 @_api_options(prefixed=False)
 @click.pass_context
-def api(
-    ctx: click.Context, /, api_host: str | None, api_port: int | None, api_threads: int | None
-) -> None:
+def api(ctx: click.Context, /, **options: Any) -> None:
     """Serve the HTTP API (no node) until SIGTERM/SIGINT."""
     from quartzlite.api import create_app
     from quartzlite.api.server import ApiServer, check_bind
 
-    config = _api_config(api_host, api_port, api_threads)
+    config = _api_config(options)
     client = _client(ctx, one_shot=False)
     check_bind(config.host, client)
     from quartzlite.node.node import StopRequest
@@ -610,10 +635,7 @@ def api(
 @_node_options
 @_api_options(prefixed=True)
 @click.pass_context
-def serve(
-    ctx: click.Context, /, api_host: str | None, api_port: int | None, api_threads: int | None,
-    **options: Any,
-) -> None:
+def serve(ctx: click.Context, /, **options: Any) -> None:
     """Run a node and the HTTP API in one process until SIGTERM/SIGINT.
 
     The node runs on the main thread, the API in a thread; /readyz answers 200 once
@@ -622,8 +644,8 @@ def serve(
     from quartzlite.api.server import ApiServer, check_bind
     from quartzlite.node.runtime import run_node
 
+    api_cfg = _api_config(options)
     node_cfg = node_config(ctx, options)
-    api_cfg = _api_config(api_host, api_port, api_threads)
     client = _client(ctx, one_shot=False)
     check_bind(api_cfg.host, client)
     app = create_app(client, expect_node=True)

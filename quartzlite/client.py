@@ -24,10 +24,12 @@ from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.engine import Database
 from quartzlite.storage.jobs import JobFilter, JobStore, RunFilter
 from quartzlite.validation import (
+    check_unicode,
     type_name,
     validate_callable,
     validate_name,
     validate_tags,
+    validate_text,
     validate_token_name,
 )
 
@@ -44,13 +46,7 @@ SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 
 def _string(field: str, value: object, *, max_len: int, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise ValidationError(field, f"must be a string, not {type_name(value)}")
-    if not allow_empty and not value.strip():
-        raise ValidationError(field, "must not be empty")
-    if len(value) > max_len:
-        raise ValidationError(field, f"must be at most {max_len} characters, got {len(value)}")
-    return value
+    return validate_text(field, value, max_chars=max_len, allow_empty=allow_empty)
 
 
 def _number(field: str, value: object, *, low: float, high: float, low_open: bool = False) -> float:
@@ -129,7 +125,8 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         raise ValidationError("command", "give one of command (a shell command) or callable")
     kwargs = merged.get("kwargs") or {}
     if command is not None:
-        command = _string("command", command, max_len=MAX_COMMAND_BYTES)
+        # A TEXT column: 65,535 bytes, whatever the characters.
+        command = validate_text("command", command, max_chars=MAX_COMMAND_BYTES, max_bytes=MAX_COMMAND_BYTES)
         if "\x00" in command:
             raise ValidationError("command", "must not contain NUL characters")
         if kwargs:
@@ -145,8 +142,9 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         # that storage's sorted encoding cannot fail on keys of mixed types.
         kwargs = json.loads(json.dumps(kwargs, allow_nan=False))
         encoded = json.dumps(kwargs, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         raise ValidationError("kwargs", f"must be JSON-serialisable: {error}") from None
+    check_unicode("kwargs", json.dumps(kwargs, ensure_ascii=False))
     if len(encoded.encode()) > MAX_KWARGS_BYTES:
         raise ValidationError("kwargs", f"must encode to at most {MAX_KWARGS_BYTES} bytes")
 
@@ -288,11 +286,14 @@ class SchedulerClient:
 
     def describe_job(self, name: str, *, upcoming: int = 5) -> JobView:
         job = self.get_job(name)
-        sched = schedules.parse_schedule(job.spec.schedule, job.spec.timezone)
         times: list[datetime] = []
         if job.next_fire_at is not None and not job.deleted:
             times.append(job.next_fire_at)
-            times.extend(schedules.preview(sched, job.next_fire_at, upcoming - 1))
+            try:  # a row written by hand or by an older version may no longer parse
+                sched = schedules.parse_schedule(job.spec.schedule, job.spec.timezone)
+                times.extend(schedules.preview(sched, job.next_fire_at, upcoming - 1))
+            except ValidationError:
+                pass
         return JobView(job=job, upcoming=times[:upcoming], last_run=self.store.last_run(job.id))
 
     def list_jobs(
@@ -349,9 +350,8 @@ class SchedulerClient:
             raise ValidationError(
                 "status", f"must be one of {', '.join(s.value for s in RunStatus)}"
             )
-        for field, value in (("since", since), ("until", until)):
-            if value is not None and value.tzinfo is None:
-                raise ValidationError(field, "must include a UTC offset")
+        since = None if since is None else schedules.check_instant("since", since)
+        until = None if until is None else schedules.check_instant("until", until)
         flt = RunFilter(
             job=job, status=RunStatus(status) if status else None, node=node, since=since, until=until
         )
@@ -395,6 +395,7 @@ class SchedulerClient:
         expression: str, timezone: str = "UTC", *, start: datetime, count: int = 10
     ) -> list[datetime]:
         count = _integer("count", count, low=1, high=1000)
+        start = schedules.check_instant("start", start)
         return schedules.preview(schedules.parse_schedule(expression, timezone), start, count)
 
     # -- readiness, API tokens, audit (added for the HTTP API) ----------------------
@@ -480,8 +481,7 @@ class SchedulerClient:
         cursor: str | None = None,
     ) -> Page[AuditEntry]:
         """The audit trail, newest first."""
-        if since is not None and since.tzinfo is None:
-            raise ValidationError("since", "must include a UTC offset")
+        since = None if since is None else schedules.check_instant("since", since)
         return AuditStore(self.db).list(
             job=job, token=token, since=since, limit=_limit(limit), cursor=cursor
         )

@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from quartzlite.errors import ValidationError
 
@@ -24,6 +24,37 @@ MAX_RETENTION_S = 36500 * 86400.0
 def database_url_from_env() -> str:
     """``QUARTZLITE_DATABASE_URL``, else the local server's ``quartzlite`` database."""
     return os.environ.get("QUARTZLITE_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def with_password(url: str, password_file: str | None = None) -> str:
+    """``url`` with the database password read from ``password_file`` (else from the
+    file named by ``QUARTZLITE_DATABASE_PASSWORD_FILE``, else from
+    ``QUARTZLITE_DATABASE_PASSWORD``): a password on the command line is visible in
+    ``ps`` to every local user. A URL that holds a password already is kept as it is
+    when none of these is set, and refused when one is (two passwords: which one?)."""
+    field_name = "database_password_file"
+    password_file = password_file or os.environ.get("QUARTZLITE_DATABASE_PASSWORD_FILE") or None
+    if password_file is not None:
+        try:
+            password = Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise ValidationError(field_name, f"cannot read {password_file}: {reason}") from None
+        if not password:
+            raise ValidationError(field_name, f"{password_file} is empty")
+    else:
+        field_name = "QUARTZLITE_DATABASE_PASSWORD"
+        password = os.environ.get("QUARTZLITE_DATABASE_PASSWORD") or ""
+        if not password:
+            return url
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at or not userinfo:
+        raise ValidationError("database_url", "names no user to give the password to (user@host)")
+    if ":" in userinfo:
+        raise ValidationError(field_name, "the database URL has a password as well: give one of them")
+    netloc = f"{userinfo}:{quote(password, safe='')}@{hostport}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +117,9 @@ class NodeConfig:
     #: left (``quartzlite history prune`` does the same on demand). 0 keeps everything.
     #: Default 2592000 (30 days).
     history_retention_s: float = 30 * 86400.0
+    #: Seconds of API audit trail kept: pruned with the run history (a minute after
+    #: start, then hourly). 0 keeps everything. Default 7776000 (90 days).
+    audit_retention_s: float = 90 * 86400.0
     #: When fenced, wait for the database and join again under a new session
     #: instead of exiting non-zero. Default False.
     rejoin: bool = False
@@ -113,10 +147,12 @@ class NodeConfig:
                 raise ValidationError(name, "must be greater than 0")
         if self.look_ahead_s < 0:
             raise ValidationError("look_ahead_s", "must not be negative")
-        if self.history_retention_s != 0 and not 60 <= self.history_retention_s <= MAX_RETENTION_S:
-            raise ValidationError(
-                "history_retention_s", "must be 0 (keep all) or between 60 and 3153600000 (100 years)"
-            )
+        for name in ("history_retention_s", "audit_retention_s"):
+            retention = getattr(self, name)
+            if retention != 0 and not 60 <= retention <= MAX_RETENTION_S:
+                raise ValidationError(
+                    name, "must be 0 (keep all) or between 60 and 3153600000 (100 years)"
+                )
         if not 0 <= self.fire_ahead_s <= 60:
             raise ValidationError("fire_ahead_s", "must be between 0 and 60")
         if self.shutdown_grace_s < 0:
@@ -201,7 +237,8 @@ def _coerce(name: str, type_: Any, raw: str) -> Any:
 class ApiConfig:
     """How the HTTP API listens (``quartzlite api`` and ``quartzlite serve``).
 
-    Environment: ``QUARTZLITE_API_HOST``, ``QUARTZLITE_API_PORT``, ``QUARTZLITE_API_THREADS``.
+    Environment: ``QUARTZLITE_API_<NAME>`` (upper case), e.g. ``QUARTZLITE_API_PORT``,
+    ``QUARTZLITE_API_CONNECTION_LIMIT``.
     """
 
     #: Address to listen on. Default 127.0.0.1. Any address other than a loopback one
@@ -211,6 +248,20 @@ class ApiConfig:
     port: int = 8080
     #: Worker threads of the WSGI server (waitress). Default 8.
     threads: int = 8
+    #: Most connections open at once, idle ones included; past it new connections wait
+    #: in the kernel's backlog. Idle and half-open connections cost a file descriptor
+    #: and no thread, so the limit is high: waitress's own 100 let 110 stalled clients
+    #: lock /healthz out. Lowered when the process's file descriptor limit
+    #: (RLIMIT_NOFILE) cannot make room for it. Default 1000.
+    connection_limit: int = 1000
+    #: Whole seconds a connection may stay silent (no request in progress) before the
+    #: server closes it: idle keep-alive connections and requests that never finish
+    #: arriving. Enforced within ``cleanup_interval_s`` after. Default 30.
+    channel_timeout_s: int = 30
+    #: Largest request head (request line and headers, bytes); larger gets 431. Our
+    #: requests carry a token and a few headers; the bound keeps a thousand
+    #: connections' buffers small. Default 32768.
+    max_header_bytes: int = 32 * 1024
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host.strip():
@@ -219,6 +270,19 @@ class ApiConfig:
             raise ValidationError("api_port", "must be between 0 and 65535")
         if not 1 <= self.threads <= 256:
             raise ValidationError("api_threads", "must be between 1 and 256")
+        if not 1 <= self.connection_limit <= 100_000:
+            raise ValidationError("api_connection_limit", "must be between 1 and 100000")
+        if not 1 <= self.channel_timeout_s <= 3600:
+            raise ValidationError("api_channel_timeout_s", "must be between 1 and 3600")
+        if not 4096 <= self.max_header_bytes <= 1024 * 1024:
+            raise ValidationError("api_max_header_bytes", "must be between 4096 and 1048576")
+
+    @property
+    def cleanup_interval_s(self) -> int:
+        """How often silent connections are looked for (whole seconds, as waitress
+        takes it): a quarter of ``channel_timeout_s``, 1 to 5, so that one is closed
+        soon after its timeout (waitress's own 30 s doubled a 30 s timeout)."""
+        return max(1, min(5, self.channel_timeout_s // 4))
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ApiConfig:

@@ -41,10 +41,13 @@ from quartzlite.enums import MisfirePolicy
 from quartzlite.errors import ValidationError
 
 __all__ = [
+    "FIRST_INSTANT",
+    "LAST_INSTANT",
     "MAX_EVERY",
     "MIN_EVERY",
     "FirePlan",
     "Schedule",
+    "check_instant",
     "parse_duration",
     "parse_schedule",
     "plan_next",
@@ -55,6 +58,13 @@ __all__ = [
 MIN_EVERY: Final = timedelta(milliseconds=100)
 #: The longest interval ``@every`` accepts (100 years).
 MAX_EVERY: Final = timedelta(days=36500)
+
+#: The supported instants: [FIRST_INSTANT, LAST_INSTANT). An @at, a preview's start or
+#: a filter outside is refused at the door, and a schedule whose next instant would
+#: reach LAST_INSTANT has none: nothing past it reaches a node, and date arithmetic
+#: keeps a year of room before datetime's end (year 9999) in every timezone.
+FIRST_INSTANT: Final = datetime(1970, 1, 1, tzinfo=UTC)
+LAST_INSTANT: Final = datetime(9998, 12, 1, tzinfo=UTC)
 
 #: Expressions without a year field must fire at least once in this many years after
 #: :data:`_REFERENCE`; otherwise :func:`parse_schedule` rejects them as never firing.
@@ -83,6 +93,10 @@ _DAY_NAMES: Final = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _LAST_DATE: Final = date(9998, 12, 1)
 #: Cron fire instants all lie before this (wall times stop before _LAST_DATE in any zone).
 _CRON_END: Final = datetime(9998, 12, 3, tzinfo=UTC)
+_RANGE: Final = (
+    f"instants must lie from {FIRST_INSTANT:%Y-%m-%dT%H:%M:%SZ} up to (not including) "
+    f"{LAST_INSTANT:%Y-%m-%dT%H:%M:%SZ}"
+)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _DAY_CACHE_SIZE: Final = 128  # per schedule: the days around the last calls
 
@@ -220,9 +234,10 @@ class _Timing:
         """The first fire instant strictly after ``after``; None when there is none, also
         when it would lie beyond what a datetime holds (year 9999): never OverflowError."""
         try:
-            return self._next_after(after)
+            found = self._next_after(after)
         except OverflowError:
             return None
+        return found if found is None or found < LAST_INSTANT else None
 
     def _next_after(self, after: datetime) -> datetime | None:
         raise NotImplementedError
@@ -1024,13 +1039,26 @@ def _parse_at(argument: str, zone: ZoneInfo) -> datetime:
             "(read in the schedule's timezone)"
         ) from None
     try:
-        if instant.tzinfo is None:
-            return _wall_first_instant(instant, zone)
-        return instant.astimezone(UTC)
+        found = _wall_first_instant(instant, zone) if instant.tzinfo is None else instant.astimezone(UTC)
     except OverflowError:  # e.g. 9999-12-31T23:00-05:00 is in year 10000 in UTC
-        raise _schedule_error(
-            f'the @at instant "{argument}" is out of range (it must lie within years 1-9999 UTC)'
-        ) from None
+        found = None
+    if found is None or not FIRST_INSTANT <= found < LAST_INSTANT:
+        raise _schedule_error(f'the @at instant "{argument}" is out of range: {_RANGE}')
+    return found
+
+
+def check_instant(field: str, value: datetime) -> datetime:
+    """``value`` (aware) as UTC, or a ValidationError naming ``field`` when it lies
+    outside the supported instants."""
+    if value.tzinfo is None:
+        raise ValidationError(field, "must include a UTC offset, e.g. 2026-01-31T12:00:00Z")
+    try:
+        found = value.astimezone(UTC)
+    except OverflowError:
+        found = None
+    if found is None or not FIRST_INSTANT <= found < LAST_INSTANT:
+        raise ValidationError(field, f"is out of range: {_RANGE}")
+    return found
 
 
 # --------------------------------------------------------------------------------------

@@ -9,15 +9,18 @@ import re
 
 from quartzlite.errors import ValidationError
 
+# The patterns are published in the OpenAPI document (JSON Schema: anchored with ^ and
+# $). Python's $ also matches before a final newline, so they are only ever applied
+# with fullmatch, which anchors both ends itself.
 #: A job name (also run filters, tokens: at most 64 for those).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 #: One tag of a job or a node.
 TAG_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
 #: ``package.module:function`` (attributes allowed on both sides).
 CALLABLE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
-NAME_RE = re.compile(NAME_PATTERN)
-TAG_RE = re.compile(TAG_PATTERN)
-CALLABLE_RE = re.compile(CALLABLE_PATTERN)
+NAME_RE = re.compile(NAME_PATTERN.removeprefix("^").removesuffix("$"))
+TAG_RE = re.compile(TAG_PATTERN.removeprefix("^").removesuffix("$"))
+CALLABLE_RE = re.compile(CALLABLE_PATTERN.removeprefix("^").removesuffix("$"))
 MAX_TAGS = 8
 MAX_TOKEN_NAME = 64
 
@@ -35,10 +38,43 @@ def type_name(value: object) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def check_unicode(field: str, value: str) -> str:
+    """``value`` unless it holds a lone surrogate (text that no UTF-8 column, log or
+    response can carry: JSON allows writing one as \\ud800)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(value[error.start])
+        raise ValidationError(
+            field, f"contains a lone surrogate (U+{code:04X}) at {error.start}: not valid Unicode text"
+        ) from None
+    return value
+
+
+def validate_text(
+    field: str, value: object, *, max_chars: int, max_bytes: int | None = None,
+    allow_empty: bool = False,
+) -> str:
+    """A string that fits its column: at most ``max_chars`` characters and, for columns
+    sized in bytes (TEXT), at most ``max_bytes`` bytes of UTF-8."""
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, not {type_name(value)}")
+    if not allow_empty and not value.strip():
+        raise ValidationError(field, "must not be empty")
+    if len(value) > max_chars:
+        raise ValidationError(field, f"must be at most {max_chars} characters, got {len(value)}")
+    check_unicode(field, value)
+    if max_bytes is not None and len(value.encode()) > max_bytes:
+        raise ValidationError(
+            field, f"must be at most {max_bytes} bytes in UTF-8, got {len(value.encode())} bytes"
+        )
+    return value
+
+
 def validate_name(name: object) -> str:
     if not isinstance(name, str):
         raise ValidationError("name", f"must be a string, not {type_name(name)}")
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         if not name:
             raise ValidationError("name", "must not be empty")
         if len(name) > 128:
@@ -59,7 +95,7 @@ def validate_tags(field: str, value: object) -> tuple[str, ...]:
         raise ValidationError(field, f"must be a list of strings, not {type_name(value)}")
     tags: list[str] = []
     for tag in value:
-        if not isinstance(tag, str) or not TAG_RE.match(tag):
+        if not isinstance(tag, str) or not TAG_RE.fullmatch(tag):
             raise ValidationError(
                 field,
                 f"tag {tag!r} must be 1-32 lower-case letters, digits, '.', '_' or '-', "
@@ -72,13 +108,13 @@ def validate_tags(field: str, value: object) -> tuple[str, ...]:
 
 
 def validate_callable(target: str) -> str:
-    if not CALLABLE_RE.match(target):
+    if not CALLABLE_RE.fullmatch(target):
         raise ValidationError("callable", f"must look like package.module:function, got {target!r}")
     return target
 
 
 def validate_token_name(name: object) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > MAX_TOKEN_NAME:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or len(name) > MAX_TOKEN_NAME:
         raise ValidationError(
             "name", f"a token name is 1-{MAX_TOKEN_NAME} letters, digits, '.', '_' or '-', "
             f"starting with a letter or digit: {name!r}",
@@ -87,6 +123,6 @@ def validate_token_name(name: object) -> str:
 
 
 __all__ = [
-    "CALLABLE_PATTERN", "MAX_TAGS", "NAME_PATTERN", "TAG_PATTERN", "type_name",
-    "validate_callable", "validate_name", "validate_tags", "validate_token_name",
+    "CALLABLE_PATTERN", "MAX_TAGS", "NAME_PATTERN", "TAG_PATTERN", "check_unicode", "type_name",
+    "validate_callable", "validate_name", "validate_tags", "validate_text", "validate_token_name",
 ]

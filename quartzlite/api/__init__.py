@@ -21,6 +21,10 @@ API_PREFIX = "/api/v1"
 #: Largest request body accepted (bytes); larger ones get 413. Default 1 MiB.
 MAX_BODY_BYTES = 1024 * 1024
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: On every response, the app's and waitress's own errors alike: answers are JSON for
+#: programs, which no browser may sniff into HTML, and show state that changes with
+#: every write and may be a token's to see, which no cache may keep.
+RESPONSE_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 
 
 def create_app(
@@ -38,6 +42,7 @@ def create_app(
     state = ApiState(client=client, node=node, expect_node=expect_node)
     state.registry = build_registry(state, __version__)
     app.extensions[EXTENSION] = state
+    app.url_map.converters["run_id"] = runs.RunIdConverter
     access.register(app)
     errors.register(app)
     auth.register(app)
@@ -45,7 +50,13 @@ def create_app(
     for module in (jobs, runs, cluster, schedule, audit, openapi):
         app.register_blueprint(module.bp, url_prefix=API_PREFIX)
     app.after_request(_poke_node)
+    app.after_request(_response_headers)
     return app
+
+
+def _response_headers(response: Response) -> Response:
+    response.headers.update(RESPONSE_HEADERS)
+    return response
 
 
 def _poke_node(response: Response) -> Response:
@@ -63,4 +74,4 @@ def set_node(app: Flask, node: NodeView | None) -> None:
     state.node = node
 
 
-__all__ = ["API_PREFIX", "MAX_BODY_BYTES", "NodeView", "create_app", "set_node"]
+__all__ = ["API_PREFIX", "MAX_BODY_BYTES", "RESPONSE_HEADERS", "NodeView", "create_app", "set_node"]

@@ -21,6 +21,6 @@ def list_() -> Response:
         token=q.string("token"),
         since=q.instant("since"),
         limit=q.integer("limit", 100),
-        cursor=q.string("cursor"),
+        cursor=q.cursor(),
     )
     return jsonify(serialize.page(result, serialize.audit_entry))

@@ -5,13 +5,18 @@ The API is closed by default: a view answers without a token only when it is mar
 :func:`public` (health, readiness, metrics, the OpenAPI document). Viewers may read
 (GET/HEAD); writes, and views marked :func:`admin_only`, need an admin token. Every
 write made with a valid token (allowed or not) is recorded in the audit trail with its
-outcome.
+outcome, bounded (:data:`AUDIT_ENTRY_BYTES`) and with secret shapes masked
+(:mod:`quartzlite.redact`). Refused writes (4xx) are rate-limited per token and per
+client address: past :data:`~quartzlite.api.limits.REFUSED_BURST` in a row, about :data:`~quartzlite.api.limits.REFUSED_PER_S` a
+second, and the ones over are answered 429 and not recorded, so a token cannot grow
+the audit trail faster than ``REFUSED_PER_S * AUDIT_ENTRY_BYTES`` bytes a second.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,8 +25,10 @@ from flask import Flask, Response, current_app, g, request
 from quartzlite import auth
 from quartzlite.errors import AuthError, Forbidden, QuartzliteError
 from quartzlite.models import Token
+from quartzlite.redact import clip, redact, redact_value
 
-from .context import get_client
+from .context import get_client, get_state
+from .errors import error_response
 
 log = logging.getLogger("quartzlite.api")
 
@@ -30,10 +37,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _PUBLIC = "_quartzlite_public"
 _ADMIN_ONLY = "_quartzlite_admin_only"
-#: Largest request body copied into an audit entry's details.
-AUDIT_BODY_BYTES = 16_384
-
-
+#: Largest request body (bytes) parsed for an audit entry; a larger one is summarised.
+AUDIT_BODY_READ_BYTES = 65_536
+#: Most bytes of a request body kept (as JSON) in an audit entry; beyond, its head.
+AUDIT_BODY_BYTES = 2048
+#: Most characters of a path or query string kept in an audit entry.
+AUDIT_TEXT_CHARS = 512
+#: Most bytes of one audit entry's details (JSON).
+AUDIT_ENTRY_BYTES = 4096
 def public(view: F) -> F:
     """Mark a view as answering without a token."""
     setattr(view, _PUBLIC, True)
@@ -97,7 +108,9 @@ def _job_name() -> str | None:
 
 def _body() -> Any:
     length = request.content_length
-    raw = request.get_data(cache=True) if length is not None and length <= AUDIT_BODY_BYTES else b""
+    if length is not None and length > AUDIT_BODY_READ_BYTES:
+        return {"unparsed_bytes": length}
+    raw = request.get_data(cache=True) if length else b""
     if not raw.strip():
         return None
     try:
@@ -106,35 +119,64 @@ def _body() -> Any:
         return {"unparsed_bytes": len(raw)}
 
 
+def _text(value: str) -> str:
+    return redact(clip(value, AUDIT_TEXT_CHARS))
+
+
+def _audit_details(status: int, error_code: str | None) -> dict[str, Any]:
+    """What an entry keeps of the request: bounded, secrets masked."""
+    details: dict[str, Any] = {"method": request.method, "path": _text(request.path), "status": status}
+    if request.query_string:
+        details["query"] = _text(request.query_string.decode(errors="replace"))
+    if error_code is not None:
+        details["error"] = error_code
+    body = _body()
+    if body is not None:
+        body = redact_value(body, AUDIT_BODY_BYTES)
+        encoded = json.dumps(body, ensure_ascii=False, default=str)
+        size = len(encoded.encode(errors="surrogatepass"))
+        if size <= AUDIT_BODY_BYTES:
+            details["body"] = body
+        else:
+            details["body_bytes"] = size
+            details["body_head"] = encoded[: AUDIT_BODY_BYTES // 4]
+    if len(json.dumps(details).encode()) > AUDIT_ENTRY_BYTES:
+        details.pop("body", None)
+        details.pop("body_head", None)
+    return details
+
+
 def audit_write(response: Response) -> Response:
     """after_request: record every write made with a valid token, and its outcome.
 
     The entry is written after the change (in its own transaction): when the database
-    fails just then, the change stands and the failure is logged as an error.
+    fails just then, the change stands and the failure is logged as an error. A refused
+    write over the rate limit is answered 429 instead, and not recorded.
     """
     token = current_token()
     if token is None or request.method in READ_METHODS:
         return response
-    details: dict[str, Any] = {
-        "method": request.method,
-        "path": request.path,
-        "status": response.status_code,
-    }
-    if request.query_string:
-        details["query"] = request.query_string.decode(errors="replace")
-    if response.status_code >= 400 and response.is_json:
-        error = (response.get_json(silent=True) or {}).get("error") or {}
-        details["error"] = error.get("code")
-    body = _body()
-    if body is not None:
-        details["body"] = body
+    status = response.status_code
+    if 400 <= status < 500:
+        wait_s = get_state().refusals.take(token.name, request.remote_addr or "-")
+        if wait_s:
+            return error_response(
+                429, "too_many_requests",
+                f"too many refused writes from token {token.name!r} or this address: "
+                f"retry in {math.ceil(wait_s)} s",
+                {"retry_after_s": math.ceil(wait_s)},
+                {"Retry-After": str(math.ceil(wait_s))},
+            )
+    error_code = None
+    if status >= 400 and response.is_json:
+        error_code = ((response.get_json(silent=True) or {}).get("error") or {}).get("code")
     try:
         get_client().record_audit(
             token_name=token.name,
             action=request.endpoint or "unknown",
             job_name=_job_name(),
             client_address=request.remote_addr,
-            details=details,
+            details=_audit_details(status, error_code),
         )
     except QuartzliteError as error:
         log.error(

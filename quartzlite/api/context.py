@@ -10,13 +10,15 @@ satisfies.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from flask import current_app
 from prometheus_client import CollectorRegistry
 
 from quartzlite.client import SchedulerClient
+
+from .limits import RefusalLimiter
 
 EXTENSION = "quartzlite"
 
@@ -83,6 +85,8 @@ class ApiState:
     node: NodeView | None = None
     expect_node: bool = False
     registry: CollectorRegistry | None = None
+    #: Refused writes per token and client address (see :mod:`quartzlite.api.auth`).
+    refusals: RefusalLimiter = field(default_factory=RefusalLimiter)
 
 
 def get_state() -> ApiState:

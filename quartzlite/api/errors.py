@@ -73,8 +73,13 @@ def _quartzlite_error(error: errors.QuartzliteError) -> Response:
             "%s %s failed: %s", request.method, request.path, error.message,
             extra={"action": "api_error", "code": error.code},
         )
-        details = {k: v for k, v in error.details.items() if k == "mysql_error"}
-        return error_response(status, error.code, error.message, details, headers)
+        if isinstance(error, errors.TransientStoreError):  # "unavailable": no SQL in it
+            details = {k: v for k, v in error.details.items() if k == "mysql_error"}
+            return error_response(status, error.code, error.message, details, headers)
+        # The driver's text names schemas, tables and columns, and may quote values:
+        # it stays in the server log.
+        message = "a database error (the server log has the details)"
+        return error_response(status, error.code, message, None, headers)
     return error_response(status, error.code, error.message, error.details, headers)
 
 

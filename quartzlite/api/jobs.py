@@ -57,7 +57,7 @@ def list_() -> Response:
         tag=q.string("tag"),
         name_prefix=q.string("prefix"),
         limit=q.integer("limit", 100),
-        cursor=q.string("cursor"),
+        cursor=q.cursor(),
     )
     return jsonify(serialize.page(result, codec.job_to_dict))
 

@@ -276,6 +276,7 @@ ERROR_TEXT = {
     404: "No such job, run or route",
     409: "Conflict: the name exists, the job runs (trigger) or does not run (kill)",
     413: "The body is larger than the limit (1 MiB)",
+    429: "Too many refused writes from this token or address: retry after Retry-After seconds",
     503: "The database is unavailable (retry) or, for /readyz, not ready",
 }
 
@@ -318,7 +319,7 @@ RUN_FILTERS = [
     LIMIT,
     CURSOR,
 ]
-WRITE = (400, 401, 403, 404, 409, 503)
+WRITE = (400, 401, 403, 404, 409, 429, 503)
 
 
 def _op(operation_id: str, summary: str, responses: dict[str, Schema], *,
@@ -336,7 +337,7 @@ def _op(operation_id: str, summary: str, responses: dict[str, Schema], *,
 
 
 def _control(verb: str, summary: str, status: int, conflict: bool) -> Schema:
-    codes = (400, 401, 403, 404, 409, 503) if conflict else (400, 401, 403, 404, 503)
+    codes = (400, 401, 403, 404, 409, 429, 503) if conflict else (400, 401, 403, 404, 429, 503)
     return {"parameters": [JOB_NAME], "post": _op(
         f"{verb}Job", summary, {str(status): _json(ref("Job"), "The job"), **_errors(*codes)},
         tag="jobs",
@@ -347,7 +348,7 @@ PATHS: dict[str, Schema] = {
     "/api/v1/jobs": {
         "post": _op("createJob", "Create a job", {
             "201": _linked(_json(ref("Job"), "Created")),
-            **_errors(400, 401, 403, 409, 413, 503),
+            **_errors(400, 401, 403, 409, 413, 429, 503),
         }, tag="jobs", body=ref("JobInput")),
         "get": _op("listJobs", "List jobs by name", {
             "200": _json(ref("JobPage"), "A page of jobs"), **_errors(400, 401, 503),
@@ -368,10 +369,10 @@ PATHS: dict[str, Schema] = {
         "put": _op("putJob", "Create or replace a job (idempotent)", {
             "200": _linked(_json(ref("Job"), "Replaced (or unchanged)")),
             "201": _linked(_json(ref("Job"), "Created")),
-            **_errors(400, 401, 403, 409, 413, 503),
+            **_errors(400, 401, 403, 409, 413, 429, 503),
         }, tag="jobs", body=ref("JobReplace")),
         "patch": _op("updateJob", "Change some fields of a job", {
-            "200": _json(ref("Job"), "Changed"), **_errors(400, 401, 403, 404, 409, 413, 503),
+            "200": _json(ref("Job"), "Changed"), **_errors(400, 401, 403, 404, 409, 413, 429, 503),
         }, tag="jobs", body=ref("JobChanges")),
         "delete": _op("deleteJob", "Delete a job (its runs stay in the history)", {
             "200": _json(ref("Job"), "Deleted"), **_errors(*WRITE),
@@ -402,11 +403,12 @@ PATHS: dict[str, Schema] = {
         "post": _op("pruneRuns", "Delete old run history (finished runs; deleted jobs with "
                     "no runs left). Nodes also do it hourly past history_retention_s", {
             "200": _json(ref("Pruned"), "What was deleted"),
-            **_errors(400, 401, 403, 413, 503),
+            **_errors(400, 401, 403, 413, 429, 503),
         }, tag="runs", body=ref("PruneInput")),
     },
     "/api/v1/runs/{id}": {
-        "parameters": [_param("id", "path", {"type": "integer", "minimum": 1}, "run id")],
+        "parameters": [_param("id", "path", {"type": "integer", "minimum": 1,
+                                              "maximum": 10**18 - 1}, "run id")],
         "get": _op("getRun", "A run, with the tail of its output", {
             "200": _json(ref("Run"), "The run"), **_errors(400, 401, 404, 503),
         }, tag="runs"),

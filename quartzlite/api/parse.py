@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from flask import request
 
 from quartzlite.errors import ValidationError
+from quartzlite.schedule import check_instant
+from quartzlite.validation import check_unicode
 
 #: Longest value accepted for a free-text query parameter.
 MAX_PARAM_LENGTH = 255
@@ -62,7 +64,13 @@ class Query:
             return None
         if len(value) > MAX_PARAM_LENGTH:
             raise ValidationError(name, f"must be at most {MAX_PARAM_LENGTH} characters")
-        return value
+        if "\x00" in value:
+            raise ValidationError(name, "must not contain NUL characters")
+        return check_unicode(name, value)
+
+    def cursor(self) -> str | None:
+        """``cursor``: the next_cursor of a previous page; empty means the first page."""
+        return self.string("cursor") or None
 
     def integer(self, name: str, default: int) -> int:
         value = request.args.get(name)
@@ -97,9 +105,4 @@ class Query:
             raise ValidationError(
                 name, f"is not an ISO-8601 instant (e.g. 2026-01-31T12:00:00Z): {value[:60]!r}"
             ) from None
-        if parsed.tzinfo is None:
-            raise ValidationError(name, "must include a UTC offset, e.g. 2026-01-31T12:00:00Z")
-        try:
-            return parsed.astimezone(UTC)
-        except OverflowError:
-            raise ValidationError(name, f"is out of range: {value[:60]!r}") from None
+        return check_instant(name, parsed)

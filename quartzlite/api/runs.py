@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
+from werkzeug.routing import BaseConverter
 
 from quartzlite import codec
 from quartzlite.errors import ValidationError
@@ -14,6 +15,13 @@ from .context import get_client
 from .parse import Query, json_object
 
 bp = Blueprint("runs", __name__)
+
+
+class RunIdConverter(BaseConverter):
+    """Any path segment but ``prune``: ``/runs/prune`` is only POST, and OPTIONS there
+    must not offer GET. Non-numeric ids still reach the view, which names the field."""
+
+    regex = r"(?!prune(?:/|$))[^/]+"
 
 FILTERS = ("status", "since", "until", "limit", "cursor")
 
@@ -32,7 +40,7 @@ def list_() -> Response:
         since=q.instant("since"),
         until=q.instant("until"),
         limit=q.integer("limit", 100),
-        cursor=q.string("cursor"),
+        cursor=q.cursor(),
     )
     return jsonify(serialize.page(result, _summary))
 
@@ -47,12 +55,12 @@ def of_job(name: str) -> Response:
         since=q.instant("since"),
         until=q.instant("until"),
         limit=q.integer("limit", 100),
-        cursor=q.string("cursor"),
+        cursor=q.cursor(),
     )
     return jsonify(serialize.page(result, _summary))
 
 
-@bp.get("/runs/<run_id>")
+@bp.get("/runs/<run_id:run_id>")
 def show(run_id: str) -> Response:
     """One run with the tail of its output."""
     Query(())

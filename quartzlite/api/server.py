@@ -10,18 +10,29 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import resource
 import threading
 import time
 from typing import Any
 
 from flask import Flask
-from waitress.server import create_server
+from waitress.server import BaseWSGIServer, create_server
 
 from quartzlite.client import SchedulerClient
 from quartzlite.config import ApiConfig
 from quartzlite.errors import QuartzliteError, ValidationError
 
+from .waitress_errors import JsonErrorChannel
+
 log = logging.getLogger("quartzlite.api")
+
+#: File descriptors kept out of the API's connection limit: the database pools, the
+#: node's journal and logs, the pipes of running jobs. A node out of descriptors cannot
+#: heartbeat and fences itself, so connections never get them all.
+FD_RESERVE = 256
+#: Connections the kernel queues while the server is at its connection limit (waitress's
+#: default, stated: the kernel caps it at net.core.somaxconn).
+BACKLOG = 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -31,6 +42,39 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def fit_connection_limit(wanted: int) -> int:
+    """The connection limit the process's descriptor limit (RLIMIT_NOFILE) has room for,
+    with ``FD_RESERVE`` kept free: the soft limit is raised toward the hard one when
+    needed; past what it allows, the limit is lowered (at least half the descriptors
+    stay for connections). Beyond it accept() would fail with EMFILE, and so would
+    the node's database connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + FD_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as error:
+            log.warning("cannot raise the file descriptor limit from %d to %d: %s", soft,
+                        target, error, extra={"action": "api_fd_limit"})
+        else:
+            log.info("file descriptor limit raised from %d to %d for %d API connections",
+                     soft, target, wanted, extra={"action": "api_fd_limit"})
+            soft = target
+    if soft >= needed:
+        return wanted
+    fitted = max(soft - FD_RESERVE, soft // 2)
+    log.warning(
+        "API connection limit lowered from %d to %d: the file descriptor limit is %d (hard "
+        "%s); raise it (ulimit -n, LimitNOFILE=) for more", wanted, fitted, soft,
+        "unlimited" if hard == resource.RLIM_INFINITY else hard,
+        extra={"action": "api_connection_limit"},
+    )
+    return fitted
 
 
 def check_bind(host: str, client: SchedulerClient) -> None:
@@ -51,6 +95,7 @@ class ApiServer:
 
     def __init__(self, app: Flask, config: ApiConfig) -> None:
         self.config = config
+        self.connection_limit = fit_connection_limit(config.connection_limit)
         try:
             self._server: Any = create_server(
                 app,
@@ -62,12 +107,25 @@ class ApiServer:
                 # Our own error shape covers bodies too large for Flask; waitress's own
                 # limit only guards against absurd uploads.
                 max_request_body_size=16 * 1024 * 1024,
+                max_request_header_size=config.max_header_bytes,
+                connection_limit=self.connection_limit,
+                channel_timeout=config.channel_timeout_s,
+                cleanup_interval=config.cleanup_interval_s,
+                backlog=BACKLOG,
+                # poll(), not select(): select() fails on descriptors past 1023, which
+                # a thousand connections (plus the node's own) reach.
+                asyncore_use_poll=True,
             )
         except OSError as error:
             raise QuartzliteError(
                 f"cannot listen on {config.host}:{config.port}: {error.strerror or error}"
             ) from error
         self._map: dict[int, Any] = getattr(self._server, "_map", None) or self._server.map
+        # One listener (the server itself) or several (a MultiSocketServer): each makes
+        # its connections with its channel_class. Nothing is accepted before run().
+        for dispatcher in self._map.values():
+            if isinstance(dispatcher, BaseWSGIServer):
+                dispatcher.channel_class = JsonErrorChannel
         self._thread: threading.Thread | None = None
 
     @property
@@ -94,8 +152,9 @@ class ApiServer:
         self._thread = threading.Thread(target=self._run, name="api-server", daemon=True)
         self._thread.start()
         log.info(
-            "API listening on %s", ", ".join(f"{h}:{p}" for h, p in self.addresses),
-            extra={"action": "api_listening"},
+            "API listening on %s (at most %d connections, silent ones closed after %d s)",
+            ", ".join(f"{h}:{p}" for h, p in self.addresses), self.connection_limit,
+            self.config.channel_timeout_s, extra={"action": "api_listening"},
         )
 
     def _run(self) -> None:

@@ -91,6 +91,11 @@ _PRUNE_JOBS = text(
     "AND NOT EXISTS (SELECT 1 FROM ql_runs WHERE ql_runs.job_id = ql_jobs.id) LIMIT :batch"
 )
 
+#: Audit entries past the audit retention (an index range on recorded_at).
+_PRUNE_AUDIT = text(
+    "DELETE FROM ql_audit WHERE recorded_at < :cutoff ORDER BY recorded_at LIMIT :batch"
+)
+
 
 class JobStore:
     def __init__(self, db: Database) -> None:
@@ -109,25 +114,42 @@ class JobStore:
         left. Autocommitted batches in ``planned_at`` order (an index range, no sort):
         an interrupted pass leaves only whole batches deleted, and the next goes on.
         ``stop`` (a node's fence) ends the pass before its next batch."""
-        with self.db.connect() as conn:
-            before = db_now(conn) - timedelta(seconds=older_than_s)
-        params = {"cutoff": rows.to_db(before), "batch": batch}
-        totals = []
-        for statement in (_PRUNE_RUNS, _PRUNE_JOBS):
-
-            def one_batch(conn: Connection, sql: TextClause = statement) -> int:
-                return int(conn.execute(sql, params).rowcount)
-
-            total = 0
-            while True:
-                if stop is not None and stop.is_set():
-                    raise TransientStoreError("prune_history stopped")
-                count = self.db.read(one_batch, name="prune_history", stop=stop)
-                total += count
-                if count < batch:
-                    break
-            totals.append(total)
+        before = self._cutoff(older_than_s)
+        totals = [
+            self._delete_batches(statement, before, batch=batch, stop=stop)
+            for statement in (_PRUNE_RUNS, _PRUNE_JOBS)
+        ]
         return Pruned(runs=totals[0], jobs=totals[1], before=before)
+
+    def prune_audit(
+        self, older_than_s: float, *, batch: int = PRUNE_BATCH, stop: threading.Event | None = None
+    ) -> tuple[int, datetime]:
+        """Delete audit entries recorded more than ``older_than_s`` ago (database clock),
+        in autocommitted batches; (entries deleted, the cut-off)."""
+        before = self._cutoff(older_than_s)
+        return self._delete_batches(_PRUNE_AUDIT, before, batch=batch, stop=stop), before
+
+    def _cutoff(self, older_than_s: float) -> datetime:
+        with self.db.connect() as conn:
+            return db_now(conn) - timedelta(seconds=older_than_s)
+
+    def _delete_batches(
+        self, statement: TextClause, before: datetime, *, batch: int, stop: threading.Event | None
+    ) -> int:
+        """Run a ``DELETE ... LIMIT :batch`` until it deletes fewer than ``batch`` rows."""
+        params = {"cutoff": rows.to_db(before), "batch": batch}
+
+        def one_batch(conn: Connection) -> int:
+            return int(conn.execute(statement, params).rowcount)
+
+        total = 0
+        while True:
+            if stop is not None and stop.is_set():
+                raise TransientStoreError("prune stopped")
+            count = self.db.read(one_batch, name="prune", stop=stop)
+            total += count
+            if count < batch:
+                return total
 
     # -- reads -------------------------------------------------------------------
 

@@ -317,6 +317,7 @@ def test_one_node_losing_its_connections_fences_and_peers_take_over(
             wait_until(lambda: db.live_sessions() == 1, timeout=60)
             t0 = db_now(db) + timedelta(seconds=1)
             wait_until(lambda: all_ran_after(db, names, t0), timeout=60)
+            (cut_session,) = db.session_ids()
             peer = start("peer", options={"capacity": "50"})
             wait_until(lambda: db.live_sessions() == 2, timeout=60)
             proxy.reject()
@@ -327,7 +328,8 @@ def test_one_node_losing_its_connections_fences_and_peers_take_over(
             stop_all([peer])
     finally:
         proxy.close()
-    report = check(db, "one node's connections dropped", jobs=names, start=t0, end=t1, log=log)
+    report = check(db, "one node's connections dropped", jobs=names, start=t0, end=t1, log=log,
+                   cut_off=(cut_session, cut.pid))
     first = db.rows(
         "SELECT job_name, MIN(started_at) AS s FROM ql_runs WHERE started_at > :c GROUP BY job_name",
         c=(cut_at + timedelta(seconds=1)).replace(tzinfo=None),

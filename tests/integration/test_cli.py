@@ -576,3 +576,50 @@ def test_process_version(tmp_path: Path) -> None:
 
     assert done.returncode == 0
     assert "0.1.0" in done.stdout
+
+
+# -- the database password outside the command line ----------------------------------------
+
+
+@pytest.fixture
+def password_user(db_url: str) -> Iterator[tuple[str, str]]:
+    """(URL without a password, the password) of a user with rights on the test database."""
+    base = make_url(db_url)
+    user, secret = f"ql_pw_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex[:12]}"
+    engine = create_engine(base, poolclass=pool.NullPool)
+    hosts = ("%", "localhost", "127.0.0.1")
+    with engine.begin() as conn:
+        for host in hosts:
+            conn.execute(text(f"CREATE USER '{user}'@'{host}' IDENTIFIED BY '{secret}'"))
+            conn.execute(text(f"GRANT ALL ON `{base.database}`.* TO '{user}'@'{host}'"))
+    try:
+        yield base.set(username=user, password=None).render_as_string(hide_password=False), secret
+    finally:
+        with engine.begin() as conn:
+            for host in hosts:
+                conn.execute(text(f"DROP USER IF EXISTS '{user}'@'{host}'"))
+        engine.dispose()
+
+
+def test_the_database_password_comes_from_a_file_or_the_environment(
+    password_user: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, secret = password_user
+    monkeypatch.delenv("QUARTZLITE_DATABASE_PASSWORD", raising=False)
+    monkeypatch.delenv("QUARTZLITE_DATABASE_PASSWORD_FILE", raising=False)
+    secret_file = tmp_path / "db-password"
+    secret_file.write_text(secret + "\n")
+
+    assert "Access denied" in fails(url, "job", "list", code=1)
+    assert ok(url, "--database-password-file", str(secret_file), "job", "list").startswith("NAME ")
+    monkeypatch.setenv("QUARTZLITE_DATABASE_PASSWORD_FILE", str(secret_file))
+    assert ok(url, "job", "list").startswith("NAME ")
+    monkeypatch.delenv("QUARTZLITE_DATABASE_PASSWORD_FILE")
+    monkeypatch.setenv("QUARTZLITE_DATABASE_PASSWORD", secret)
+    assert ok(url, "job", "list").startswith("NAME ")
+
+    with_both = make_url(url).set(password=secret).render_as_string(hide_password=False)
+    assert "database_password_file" in fails(
+        with_both, "--database-password-file", str(secret_file), "job", "list", code=2)
+    assert "cannot read" in fails(
+        url, "--database-password-file", str(tmp_path / "missing"), "job", "list", code=2)

@@ -1,5 +1,5 @@
-"""The janitor: prunes run history past ``history_retention_s``, a minute after start and
-then hourly."""
+"""The janitor: prunes run history past ``history_retention_s`` and the API's audit trail
+past ``audit_retention_s``, a minute after start and then hourly."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ log = logging.getLogger("quartzlite.node")
 
 
 class Janitor(NodeService):
-    """Prunes run history past ``history_retention_s``: a minute after start, then hourly
-    (two cheap statements when there is nothing to delete). Not critical: a failed pass
+    """Prunes run history past ``history_retention_s`` and the audit trail past
+    ``audit_retention_s``: a minute after start, then hourly (a few cheap statements
+    when there is nothing to delete). Not critical: a failed pass
     is logged and tried again at the next."""
 
     name = "janitor"
@@ -35,13 +36,22 @@ class Janitor(NodeService):
         if self._first:
             self._first = False
             return self.FIRST_S
-        if not node.working or not node.config.history_retention_s:
+        if not node.working:
             return None
-        pruned = JobStore(node.db).prune_history(node.config.history_retention_s, stop=node.fenced)
-        if pruned.runs or pruned.jobs:
-            log.info(
-                "pruned history before %s: %d run(s), %d deleted job(s)",
-                pruned.before.isoformat(), pruned.runs, pruned.jobs,
-                extra={"action": "history_pruned"},
-            )
+        store = JobStore(node.db)
+        if node.config.history_retention_s:
+            pruned = store.prune_history(node.config.history_retention_s, stop=node.fenced)
+            if pruned.runs or pruned.jobs:
+                log.info(
+                    "pruned history before %s: %d run(s), %d deleted job(s)",
+                    pruned.before.isoformat(), pruned.runs, pruned.jobs,
+                    extra={"action": "history_pruned"},
+                )
+        if node.config.audit_retention_s:
+            entries, before = store.prune_audit(node.config.audit_retention_s, stop=node.fenced)
+            if entries:
+                log.info(
+                    "pruned the audit trail before %s: %d entries", before.isoformat(), entries,
+                    extra={"action": "audit_pruned"},
+                )
         return None
