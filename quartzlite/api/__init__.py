@@ -43,6 +43,9 @@ def create_app(
     state.registry = build_registry(state, __version__)
     app.extensions[EXTENSION] = state
     app.url_map.converters["run_id"] = runs.RunIdConverter
+    # after_request hooks run last-registered first: this one runs after every other,
+    # on the response as it leaves (a 429 that replaced a refused write's, too).
+    app.after_request(_response_headers)
     access.register(app)
     errors.register(app)
     auth.register(app)
@@ -50,7 +53,6 @@ def create_app(
     for module in (jobs, runs, cluster, schedule, audit, openapi):
         app.register_blueprint(module.bp, url_prefix=API_PREFIX)
     app.after_request(_poke_node)
-    app.after_request(_response_headers)
     return app
 
 

@@ -7,9 +7,9 @@ The API is closed by default: a view answers without a token only when it is mar
 write made with a valid token (allowed or not) is recorded in the audit trail with its
 outcome, bounded (:data:`AUDIT_ENTRY_BYTES`) and with secret shapes masked
 (:mod:`quartzlite.redact`). Refused writes (4xx) are rate-limited per token and per
-client address: past :data:`~quartzlite.api.limits.REFUSED_BURST` in a row, about :data:`~quartzlite.api.limits.REFUSED_PER_S` a
-second, and the ones over are answered 429 and not recorded, so a token cannot grow
-the audit trail faster than ``REFUSED_PER_S * AUDIT_ENTRY_BYTES`` bytes a second.
+client address (:mod:`quartzlite.api.limits`): the ones over the limit are answered 429
+and not recorded, so a token cannot grow the audit trail faster than
+``REFUSED_PER_S * AUDIT_ENTRY_BYTES`` bytes a second after its first burst.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ AUDIT_BODY_BYTES = 2048
 AUDIT_TEXT_CHARS = 512
 #: Most bytes of one audit entry's details (JSON).
 AUDIT_ENTRY_BYTES = 4096
+
+
 def public(view: F) -> F:
     """Mark a view as answering without a token."""
     setattr(view, _PUBLIC, True)

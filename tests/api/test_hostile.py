@@ -202,6 +202,8 @@ def test_refused_writes_are_rate_limited_per_token_and_not_recorded_past_the_lim
     limited = viewer.delete("/api/v1/jobs/nope")
     assert_error(limited, 429, "too_many_requests")
     assert int(limited.headers["Retry-After"]) >= 1
+    assert limited.headers["X-Content-Type-Options"] == "nosniff"
+    assert limited.headers["Cache-Control"] == "no-store"
     entries = api.get("/api/v1/audit?limit=1000").get_json()["items"]
     assert len([e for e in entries if e["token"] == "ops-viewer"]) == burst
     # The admin's own writes are not held back by the viewer's refusals.
