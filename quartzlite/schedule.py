@@ -232,7 +232,7 @@ class _Timing:
 
     def next_after(self, after: datetime) -> datetime | None:
         """The first fire instant strictly after ``after``; None when there is none, also
-        when it would lie beyond what a datetime holds (year 9999): never OverflowError."""
+        when it would lie at or past :data:`LAST_INSTANT`: never OverflowError."""
         try:
             found = self._next_after(after)
         except OverflowError:
