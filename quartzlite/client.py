@@ -45,10 +45,6 @@ E = TypeVar("E", MisfirePolicy, RecoveryPolicy)
 SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
 
-def _string(field: str, value: object, *, max_len: int, allow_empty: bool = False) -> str:
-    return validate_text(field, value, max_chars=max_len, allow_empty=allow_empty)
-
-
 def _number(field: str, value: object, *, low: float, high: float, low_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValidationError(field, f"must be a number, not {type_name(value)}")
@@ -113,8 +109,8 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
             raise ValidationError(required, "is required")
 
     name = validate_name(merged["name"])
-    schedule_text = _string("schedule", merged["schedule"], max_len=255)
-    timezone = _string("timezone", merged.get("timezone", "UTC"), max_len=64)
+    schedule_text = validate_text("schedule", merged["schedule"], max_chars=255)
+    timezone = validate_text("timezone", merged.get("timezone", "UTC"), max_chars=64)
     parsed = schedules.parse_schedule(schedule_text, timezone)
 
     command = merged.get("command")
@@ -132,7 +128,7 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         if kwargs:
             raise ValidationError("kwargs", "only a callable takes kwargs")
     else:
-        target = _string("callable", target, max_len=255)
+        target = validate_text("callable", target, max_chars=255)
         validate_callable(target)
     if not isinstance(kwargs, dict):
         raise ValidationError("kwargs", f"must be an object, not {type_name(kwargs)}")
@@ -180,7 +176,9 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         ),
         priority=_integer("priority", merged.get("priority", 0), low=-1000, high=1000),
         tags=validate_tags("tags", merged.get("tags", ())),
-        description=_string("description", merged.get("description", ""), max_len=1024, allow_empty=True),
+        description=validate_text(
+            "description", merged.get("description", ""), max_chars=1024, allow_empty=True
+        ),
         paused=paused,
     )
 

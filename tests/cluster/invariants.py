@@ -52,13 +52,18 @@ class FaultReport:
                 fh.write(line + "\n")
 
 
-def executions(path: Path) -> Counter[tuple[str, datetime]]:
-    found: Counter[tuple[str, datetime]] = Counter()
+def records(path: Path) -> list[tuple[tuple[str, datetime], int]]:
+    """((job, slot), node pid) per line the job bodies wrote (tests/cluster/jobs.py)."""
+    found = []
     if path.exists():
         for line in path.read_text().splitlines():
-            job, slot, _attempt, _pid = line.split()
-            found[(job, datetime.fromisoformat(slot))] += 1
+            job, slot, _attempt, pid = line.split()
+            found.append(((job, datetime.fromisoformat(slot)), int(pid)))
     return found
+
+
+def executions(path: Path) -> Counter[tuple[str, datetime]]:
+    return Counter(key for key, _pid in records(path))
 
 
 def whole_seconds(start: datetime, end: datetime) -> list[datetime]:
@@ -131,9 +136,4 @@ def _unknown_outcomes(db: Db, log: Path, cut_off: tuple[str, int]) -> set[tuple[
         s=session_id,
     )
     abandoned = {(r.job_name, r.slot_at.replace(tzinfo=UTC)) for r in rows}
-    executed = set()
-    for line in log.read_text().splitlines():
-        job, slot, _attempt, by = line.split()
-        if int(by) == pid:
-            executed.add((job, datetime.fromisoformat(slot)))
-    return abandoned & executed
+    return abandoned & {key for key, by in records(log) if by == pid}
