@@ -46,6 +46,7 @@ class GuardLink:
         self._unanswered_since: float | None = None
         self.killed = 0
         self._python_runs = 0
+        self._runs_lock = threading.Lock()
 
     def send(self, line: str) -> None:
         data = line.encode() + b"\n"
@@ -72,14 +73,15 @@ class GuardLink:
         """A Python run starts or ends. A thread cannot be killed, only its process: while
         any runs, the guard holds this node's pid and SIGKILLs the node itself when it
         misses its deadline, so that no Python run outlives the session into a rerun."""
-        with self._lock:
+        with self._runs_lock:  # not send()'s lock: that one is held across a write
             before = self._python_runs
             self._python_runs += 1 if started else -1
             after = self._python_runs
-        if before == 0 and after > 0:
-            self.send(f"hold {os.getpid()}")
-        elif before > 0 and after == 0:
-            self.send("release")
+            # Sent under this lock, so a hold and a release racing arrive in order.
+            if before == 0 and after > 0:
+                self.send(f"hold {os.getpid()}")
+            elif before > 0 and after == 0:
+                self.send("release")
 
     def problem(self) -> str | None:
         """Why this node is no longer guarded, if it is not: the guard killed our

@@ -127,22 +127,39 @@ class Journal:
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.replace(making, self.path)
         self._pending: set[int] = set()
+        #: Outcome writes under way outside the lock; close() waits for them.
+        self._writing = 0
+        self._written = threading.Condition(self._lock)
 
-    def _write(self, data: dict[str, Any] | bytes) -> None:
-        if self._fd is None:
-            return
+    def _write(self, fd: int, data: dict[str, Any] | bytes) -> None:
         line = data if isinstance(data, bytes) else _encode(data)
         try:
-            os.write(self._fd, line)
+            os.write(fd, line)
         except OSError as error:  # a full disk must not lose the outcome in memory
             log.error("could not write the outcome journal %s: %s", self.path, error,
                       extra={"action": "journal_error"})
 
     def outcome(self, item: Finished) -> None:
-        line = _encode({"outcome": _entry(self.session_id, item)})  # outside the lock
+        """Journal one outcome; the caller queues it for the database only after this.
+        The write is outside the lock: a worker holding it across the system call (the
+        GIL let go) made every other worker that ended a run queue up behind it, a
+        thread switch each. Emptying the file stays safe: it happens only with nothing
+        pending, and this run is pending from before its line is written until the
+        database has it, which is after this returns."""
+        line = _encode({"outcome": _entry(self.session_id, item)})
         with self._lock:
+            if self._fd is None:
+                return
             self._pending.add(item.fired.run_id)
-            self._write(line)
+            fd = self._fd
+            self._writing += 1
+        try:
+            self._write(fd, line)  # O_APPEND: concurrent lines never interleave
+        finally:
+            with self._lock:
+                self._writing -= 1
+                if not self._writing:
+                    self._written.notify_all()
 
     def recorded(self, run_ids: list[int]) -> None:
         with self._lock:
@@ -150,7 +167,7 @@ class Journal:
             if self._fd is None:
                 return
             if self._pending:
-                self._write({"recorded": run_ids})
+                self._write(self._fd, {"recorded": run_ids})
             else:
                 os.ftruncate(self._fd, 0)  # O_APPEND: the next write starts at 0
 
@@ -162,6 +179,8 @@ class Journal:
     def close(self, *, delete: bool) -> None:
         """Release the file; delete it when nothing in it is left to record."""
         with self._lock:
+            while self._writing:  # never close a descriptor a write still uses
+                self._written.wait()
             if self._fd is None:
                 return
             if delete and not self._pending:

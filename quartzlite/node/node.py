@@ -637,21 +637,24 @@ class Node:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Hand ready runs to workers while places are free."""
-        while (execution := self._take()) is not None:
+        """Hand ready runs to other workers while places are free and the runs already
+        holding one have been at it a moment (see :meth:`Ownership.take`); the starter
+        calls again while runs wait, so a place is never left idle for long."""
+        while (execution := self._take(spread=True)) is not None:
             self.workers.submit(functools.partial(self._work, execution))
 
-    def _take(self, *, free: bool = False) -> Execution | None:
-        """The next ready run, now holding a place (its start moved on by its wait);
-        ``free``: first give up the place the calling worker holds."""
-        taken = self.owned.take(free=free)
+    def _take(self, *, ended: Execution | None = None, spread: bool = False) -> Execution | None:
+        """The next ready run, now holding a place (its start moved on by its wait)."""
+        taken = self.owned.take(ended=ended, spread=spread)
         if taken is None:
             return None
         execution, drained = taken
         waited = time.monotonic() - execution.released_mono
         if execution.started_at is not None and waited > 0.001:
             execution.started_at += timedelta(seconds=waited)
-        if drained and self.scan_blocked:
+        if not drained:  # more wait: the starter sees whether another worker should help
+            self.starter.schedule(self.owned.SPREAD_AFTER_S)
+        elif self.scan_blocked:
             self.scanner.wake()
         return execution
 
@@ -664,7 +667,7 @@ class Node:
             except Exception:  # a bug must not leak the place
                 log.exception("recording the end of a run failed")
                 held = True
-            execution = self._take(free=held)
+            execution = self._take(ended=execution if held else None)
 
     def _mark_started(self, execution: Execution) -> None:
         timeout = execution.fired.prepared.spec.timeout_s
@@ -673,6 +676,7 @@ class Node:
         self.stats.lateness.observe((self.db_now() - execution.fired.prepared.planned_at).total_seconds())
 
     def _execute(self, execution: Execution) -> bool:
+        execution.began()
         fired = execution.fired
         p = fired.prepared
         spec = p.spec
@@ -739,7 +743,7 @@ class Node:
             # Its place is free at once (a Python run cut short may go on in its
             # thread, unwatched: it holds no place). A worker frees its own place as
             # it takes the next run.
-            self.owned.free()
+            self.owned.free(execution)
             self._dispatch()
         if execution.context is None and outcome.status is not RunStatus.SUCCEEDED:
             self.check_guard()  # a guard kill is reported before the run can end of it
@@ -762,7 +766,7 @@ class Node:
             self.journal.outcome(finished)
         self.results.put(finished)
         execution.recorded.set()
-        self.results_service.wake()
+        self.results_service.queued()
         return True
 
     def police_python_runs(self) -> None:

@@ -15,7 +15,7 @@ from quartzlite.executors import RunContext, RunHandle
 from quartzlite.models import Fired, Prepared
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Execution:
     """One fired run on this node, from its fire until its result is recorded."""
 
@@ -39,6 +39,36 @@ class Execution:
     recorded: threading.Event = field(default_factory=threading.Event)
     #: Handed to a worker thread (it may have started).
     submitted: bool = False
+    #: Set by its worker as the run begins: the monotonic instant, and the worker
+    #: thread's CPU clock and its reading then (see :meth:`Ownership.take`).
+    began_mono: float | None = None
+    cpu_clock: int = 0
+    cpu_began: float = 0.0
+
+    def began(self) -> None:
+        """Called by the worker thread that runs it, just before it runs."""
+        self.cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
+        self.cpu_began = time.clock_gettime(self.cpu_clock)
+        self.began_mono = time.monotonic()
+
+    def busy(self, now: float, after_s: float, long_s: float) -> bool:
+        """Not (yet) known to be waiting: begun less than ``after_s`` ago (or not yet
+        begun), or its thread computed for at least half the time since it began, for
+        less than ``long_s``. A run blocked in a call (a subprocess, the network,
+        sleep) is not busy, nor one that has computed for long (so no ready run waits
+        behind it for more than ``long_s``)."""
+        if self.began_mono is None:
+            return True
+        age = now - self.began_mono
+        if age < after_s:
+            return True
+        if age >= long_s:
+            return False
+        try:
+            cpu = time.clock_gettime(self.cpu_clock) - self.cpu_began
+        except OSError:  # its thread is gone
+            return False
+        return cpu >= 0.5 * age
     #: Running when the node fenced: its shell group was killed (by the node or its
     #: guard), so an abnormal end is that kill, never the job's failure.
     fence_killed: bool = False
@@ -65,7 +95,7 @@ class Ownership:
         self._ready: list[tuple[int, datetime, int, Execution]] = []
         self._order = itertools.count()
         #: Runs holding a place: handed to a worker, not ended yet.
-        self.running = 0
+        self._running: set[Execution] = set()
 
     def count(self) -> int:
         """Jobs this node owns (prepared or executing), as the database should count them."""
@@ -95,21 +125,51 @@ class Ownership:
                 p = e.fired.prepared
                 heapq.heappush(self._ready, (-p.spec.priority, p.planned_at, next(self._order), e))
 
-    def take(self, *, free: bool = False) -> tuple[Execution, bool] | None:
+    def take(self, *, ended: Execution | None = None, spread: bool = False
+             ) -> tuple[Execution, bool] | None:
         """The next ready run, now holding a place (and whether the queue is empty now);
-        None when no place is free, nothing is ready, or the node is closed. ``free``:
-        first give up a place (a worker's run ended: one lock for both)."""
+        None when no place is free, nothing is ready, or the node is closed.
+
+        ``ended``: the calling worker's run ended; its place is given up first (one lock
+        for both), and the worker goes on with the next run. ``spread``: the caller
+        wants a run for *another* worker; granted only while no run holding a place is
+        busy (see :meth:`Execution.busy`)."""
         with self._places:
-            if free:
-                self.running -= 1
-            if self.closed.is_set() or not self._ready or self.running >= self.capacity:
+            if ended is not None:
+                self._running.discard(ended)
+            if self.closed.is_set() or not self._ready or len(self._running) >= self.capacity:
+                return None
+            if spread and any(e.busy(time.monotonic(), self.SPREAD_AFTER_S, self.SPREAD_LONG_S)
+                              for e in self._running):
                 return None
             execution = heapq.heappop(self._ready)[3]
-            self.running += 1
+            self._running.add(execution)
             execution.submitted = True
             return execution, not self._ready
 
-    def free(self) -> None:
+    #: A run that has held its place this long while its thread computed less than
+    #: half of that time is waiting (in a call, a subprocess): another worker may start
+    #: the next ready run beside it. Runs that compute gain nothing from more threads
+    #: (they take turns at the GIL), and short runs go one after the other on one
+    #: worker: 16 threads taking turns at the GIL around every system call cost a
+    #: burst of short Python runs ~6 thread switches a run and twice the time.
+    SPREAD_AFTER_S = 0.002
+    #: A run computing this long no longer holds back the ready runs behind it.
+    SPREAD_LONG_S = 0.02
+
+    def spreadable(self) -> bool:
+        """Ready runs wait while a place is free: another worker should start one as soon
+        as the runs holding places have had them for SPREAD_AFTER_S."""
+        with self._places:
+            return (bool(self._ready) and not self.closed.is_set()
+                    and len(self._running) < self.capacity)
+
+    @property
+    def running(self) -> int:
+        """Runs holding a place: handed to a worker, not ended yet."""
+        return len(self._running)
+
+    def free(self, execution: Execution) -> None:
         """A run holding a place ended (or was cut short: a Python thread may go on)."""
         with self._places:
-            self.running -= 1
+            self._running.discard(execution)

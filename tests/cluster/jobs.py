@@ -28,3 +28,28 @@ def nap(seconds: float, path: str) -> None:
     Path(path + ".started").touch()
     time.sleep(seconds)
     Path(path).touch()
+
+
+def span(path: str, seconds: float, spin: bool = False) -> None:
+    """Append ``start <job> <epoch>``, then sleep (or compute, holding the GIL as much
+    as Python lets it) for ``seconds``, then append ``end <job> <epoch>``."""
+    import time
+
+    run = current_run()
+    assert run is not None
+
+    def note(kind: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{kind} {run.job} {time.time():.6f}\n".encode())
+        finally:
+            os.close(fd)
+
+    note("start")
+    if spin:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            sum(range(1000))
+    else:
+        time.sleep(seconds)
+    note("end")

@@ -137,6 +137,43 @@ def test_capacity_bounds_the_runs_executing_at_once_the_rest_wait_their_turn(
     db.close()
 
 
+def test_waiting_python_runs_fill_every_place_and_a_computing_run_holds_none_back(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    """Short runs go one after the other on few workers; more workers start while the
+    runs holding places wait (here: sleep). On a node of capacity 4, 8 sleeping Python
+    runs due together still run 4 at once, and one that computes for 1.5 s holds back
+    none of those behind it."""
+    log = tmp_path / "events.log"
+    db = Db(db_url)
+    at = (db_now(db) + timedelta(seconds=6)).replace(microsecond=0)
+
+    def job(name: str, priority: int, **kwargs: Any) -> dict[str, Any]:
+        return {"name": name, "schedule": f"@at {at.isoformat()}", "priority": priority,
+                "callable": "tests.cluster.jobs:span", "kwargs": {"path": str(log), **kwargs}}
+
+    client.add_jobs([job("spin", 9, seconds=1.5, spin=True)]
+                    + [job(f"nap{i}", 5 - i // 4, seconds=0.4) for i in range(8)])
+    with nodes(db_url) as start:
+        node = start("n", options={"capacity": "4"})
+        wait_until(lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE status = 'succeeded'") == 9,
+                   timeout=90, message="all 9 runs recorded")
+        node.signal(signal.SIGTERM)
+        assert node.wait(30) == 0
+    events = sorted((float(stamp), kind, name)
+                    for kind, name, stamp in (line.split() for line in log.read_text().splitlines()))
+    running, most = 0, 0
+    for _stamp, kind, _name in events:
+        running += 1 if kind == "start" else -1
+        most = max(most, running)
+    assert most == 4, f"at most capacity (4) at once, and every place used: {most}"
+    spin_end = next(stamp for stamp, kind, name in events if (kind, name) == ("end", "spin"))
+    first = [name for stamp, kind, name in events if kind == "start" and name != "spin"][:3]
+    assert all(stamp < spin_end for stamp, kind, name in events if kind == "start" and name in first), (
+        "the three runs after the computing one started while it computed", events)
+    db.close()
+
+
 # (b) ---------------------------------------------------------------------------------
 
 

@@ -36,7 +36,8 @@ class Results(NodeService):
 
     def __init__(self, node: Node) -> None:
         super().__init__(node, 1.0)
-        self._first_seen: float | None = None
+        #: Monotonic instant of the oldest result not taken into a batch yet.
+        self._since: float | None = None
         #: Fenced, and the node's other connections ended on the server.
         self._cut_off = False
 
@@ -56,19 +57,31 @@ class Results(NodeService):
         finally:
             mutex.release()
 
+    def queued(self) -> None:
+        """A result was queued. The thread is woken at once only for a full batch with
+        no run waiting for a place; otherwise a round comes within ``LINGER_S`` (a
+        wake per result cost a burst a thread switch per run, only to linger again)."""
+        node = self.node
+        if self._since is None:
+            self._since = time.monotonic()
+        if node.results.qsize() >= node.config.result_batch and not node.owned.waiting():
+            self.wake()
+        else:
+            self.schedule(self.LINGER_S)
+
     def run_once(self) -> float | None:
         node = self.node
         if node.results.empty():
             return None
         now = time.monotonic()
-        if self._first_seen is None:
-            self._first_seen = now
-        waited = now - self._first_seen
+        if self._since is None:
+            self._since = now
+        waited = now - self._since
         if waited < self.LINGER_S and node.results.qsize() < node.config.result_batch:
             return self.LINGER_S - waited
         if waited < self.YIELD_S and node.owned.waiting() and not node.fenced.is_set():
             return min(self.LINGER_S, self.YIELD_S - waited)
-        self._first_seen = None
+        self._since = None
         return self._record()
 
     def drain(self) -> None:
