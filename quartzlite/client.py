@@ -283,7 +283,7 @@ class SchedulerClient:
         return self.store.get(validate_name(name))
 
     def describe_job(self, name: str, *, upcoming: int = 5) -> JobView:
-        job = self.get_job(name)
+        job, last_run = self.store.with_last_run(validate_name(name))
         times: list[datetime] = []
         if job.next_fire_at is not None and not job.deleted:
             times.append(job.next_fire_at)
@@ -292,7 +292,7 @@ class SchedulerClient:
                 times.extend(schedules.preview(sched, job.next_fire_at, upcoming - 1))
             except ValidationError:
                 pass
-        return JobView(job=job, upcoming=times[:upcoming], last_run=self.store.last_run(job.id))
+        return JobView(job=job, upcoming=times[:upcoming], last_run=last_run)
 
     def list_jobs(
         self,

@@ -642,6 +642,8 @@ class Node:
         calls again while runs wait, so a place is never left idle for long."""
         while (execution := self._take(spread=True)) is not None:
             self.workers.submit(functools.partial(self._work, execution))
+        if self.owned.spreadable():  # declined for now: look again in a moment
+            self.starter.schedule(self.owned.SPREAD_AFTER_S)
 
     def _take(self, *, ended: Execution | None = None, spread: bool = False) -> Execution | None:
         """The next ready run, now holding a place (its start moved on by its wait)."""

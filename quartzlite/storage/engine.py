@@ -237,6 +237,23 @@ class Database:
         except exc.DBAPIError as error:
             raise self._map(error) from error
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Connection]:
+        """A connection whose reads all see one moment: a read-only REPEATABLE READ
+        transaction with a consistent snapshot, rolled back at the end. The pools read
+        at READ COMMITTED or in autocommit, where two reads may straddle a commit (a job
+        read as executing beside its last run read as already ended)."""
+        try:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                conn.exec_driver_sql("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                try:
+                    yield conn
+                finally:
+                    conn.rollback()
+        except exc.DBAPIError as error:
+            raise self._map(error) from error
+
     def read(
         self, fn: Callable[[Connection], T], *, retry: RetryPolicy | None = None,
         stop: threading.Event | None = None, name: str = "read",

@@ -216,19 +216,21 @@ class JobStore:
             raise NotFound(f"no run with id {run_id}", details={"run": run_id})
         return rows.run_from_row(row)
 
-    def last_run(self, job_id: int) -> Run | None:
-        with self.db.connect() as conn:
+    def with_last_run(self, name: str) -> tuple[Job, Run | None]:
+        """The job and its latest run (not counting missed slots), as of one moment."""
+        with self.db.snapshot() as conn:
+            job = rows.job_from_row(self._row(conn, name))
             row = (
                 conn.execute(
                     select(runs)
-                    .where(runs.c.job_id == job_id, runs.c.status != RunStatus.MISSED.value)
+                    .where(runs.c.job_id == job.id, runs.c.status != RunStatus.MISSED.value)
                     .order_by(runs.c.planned_at.desc())
                     .limit(1)
                 )
                 .mappings()
                 .first()
             )
-        return None if row is None else rows.run_from_row(row)
+        return job, None if row is None else rows.run_from_row(row)
 
     def sessions(self) -> list[Session]:
         with self.db.connect() as conn:

@@ -65,3 +65,26 @@ def test_reads_use_autocommit_and_leave_nothing_open(db_url: str) -> None:
         assert db.checked_out() == 0
     finally:
         db.dispose()
+
+
+def test_a_snapshot_reads_one_moment_while_others_commit(db_url: str) -> None:
+    """A job view reads the job and its last run in one snapshot: a commit between the
+    two reads (the results transaction ending a run) must not show the job executing
+    beside a run already ended. Each read on its own sees the latest commit."""
+    db = Database(db_url)
+    other = Database(db_url)
+    query = text("SELECT name FROM ql_locks WHERE name = 'job'")
+    try:
+        with db.snapshot() as conn:
+            assert conn.execute(query).scalar() == "job"
+            other.transaction(lambda t: t.conn.execute(
+                text("UPDATE ql_locks SET name = 'job-renamed' WHERE name = 'job'")))
+            assert conn.execute(query).scalar() == "job", "the snapshot moved"
+        with db.connect() as conn:
+            assert conn.execute(query).scalar() is None  # the commit is there
+        assert db.checked_out() == 0
+    finally:
+        other.transaction(lambda t: t.conn.execute(
+            text("UPDATE ql_locks SET name = 'job' WHERE name = 'job-renamed'")))
+        db.dispose()
+        other.dispose()
