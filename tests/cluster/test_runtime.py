@@ -46,6 +46,29 @@ def utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC)
 
 
+def run_to_the_end(db_url: str, db: Db, *, capacity: int, runs: int, log: Path
+                   ) -> list[tuple[float, str, str]]:
+    """Start one node of ``capacity``, wait until ``runs`` runs succeeded, stop it; the
+    ``start|end <job> <epoch>`` lines its jobs wrote to ``log``, in time order."""
+    with nodes(db_url) as start:
+        node = start("n", options={"capacity": str(capacity)})
+        wait_until(lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE status = 'succeeded'") == runs,
+                   timeout=90, message=f"all {runs} runs recorded")
+        node.signal(signal.SIGTERM)
+        assert node.wait(30) == 0
+    return sorted((float(stamp), kind, name)
+                  for kind, name, stamp in (line.split() for line in log.read_text().splitlines()))
+
+
+def most_at_once(events: list[tuple[float, str, str]]) -> int:
+    """The most runs between their "start" and "end" at once, from sorted events."""
+    running, most = 0, 0
+    for _stamp, kind, _name in events:
+        running += 1 if kind == "start" else -1
+        most = max(most, running)
+    return most
+
+
 # (a) ---------------------------------------------------------------------------------
 
 
@@ -109,20 +132,8 @@ def test_capacity_bounds_the_runs_executing_at_once_the_rest_wait_their_turn(
             f'echo "end $QUARTZLITE_JOB $EPOCHREALTIME" >> {log}')
     client.add_jobs([{"name": f"p{i:02d}", "schedule": f"@at {at.isoformat()}", "command": body,
                       "priority": i} for i in range(12)])
-    with nodes(db_url) as start:
-        node = start("n", options={"capacity": "2"})
-        wait_until(lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE status = 'succeeded'") == 12,
-                   timeout=90, message="all 12 runs recorded")
-        node.signal(signal.SIGTERM)
-        assert node.wait(30) == 0
-    events = sorted(
-        (float(stamp), kind, job)
-        for kind, job, stamp in (line.split() for line in log.read_text().splitlines())
-    )
-    running, most = 0, 0
-    for _stamp, kind, _job in events:
-        running += 1 if kind == "start" else -1
-        most = max(most, running)
+    events = run_to_the_end(db_url, db, capacity=2, runs=12, log=log)
+    most = most_at_once(events)
     assert most == 2, f"at most capacity (2) at once, and both places used: {most}"
     # Highest priority first: handed to a worker in that order (two handed over together
     # may reach bash in either order, so the node's started_at says it).
@@ -154,18 +165,8 @@ def test_waiting_python_runs_fill_every_place_and_a_computing_run_holds_none_bac
 
     client.add_jobs([job("spin", 9, seconds=1.5, spin=True)]
                     + [job(f"nap{i}", 5 - i // 4, seconds=0.4) for i in range(8)])
-    with nodes(db_url) as start:
-        node = start("n", options={"capacity": "4"})
-        wait_until(lambda: db.scalar("SELECT COUNT(*) FROM ql_runs WHERE status = 'succeeded'") == 9,
-                   timeout=90, message="all 9 runs recorded")
-        node.signal(signal.SIGTERM)
-        assert node.wait(30) == 0
-    events = sorted((float(stamp), kind, name)
-                    for kind, name, stamp in (line.split() for line in log.read_text().splitlines()))
-    running, most = 0, 0
-    for _stamp, kind, _name in events:
-        running += 1 if kind == "start" else -1
-        most = max(most, running)
+    events = run_to_the_end(db_url, db, capacity=4, runs=9, log=log)
+    most = most_at_once(events)
     assert most == 4, f"at most capacity (4) at once, and every place used: {most}"
     spin_end = next(stamp for stamp, kind, name in events if (kind, name) == ("end", "spin"))
     first = [name for stamp, kind, name in events if kind == "start" and name != "spin"][:3]
