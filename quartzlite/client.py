@@ -87,63 +87,12 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
 
     Raises :class:`ValidationError` naming the first bad field.
     """
-    if not isinstance(data, Mapping):
-        raise ValidationError("body", f"must be an object, not {type_name(data)}")
-    unknown = sorted(set(data) - set(SPEC_FIELDS))
-    if unknown:
-        raise ValidationError(
-            unknown[0], f"unknown field (allowed: {', '.join(SPEC_FIELDS)})"
-        )
-    if base is not None and "name" in data and data["name"] != base.name:
-        raise ValidationError("name", "cannot be changed; create a new job instead")
-    merged: dict[str, Any] = {} if base is None else {f: getattr(base, f) for f in SPEC_FIELDS}
-    merged.update(data)
-    # On update, giving one kind of target replaces the other.
-    if base is not None and data.get("command") is not None and "callable" not in data:
-        merged["callable"] = None
-        merged["kwargs"] = data.get("kwargs", {})
-    if base is not None and data.get("callable") is not None and "command" not in data:
-        merged["command"] = None
-    for required in ("name", "schedule"):
-        if merged.get(required) is None:
-            raise ValidationError(required, "is required")
-
+    merged = _merged(data, base)
     name = validate_name(merged["name"])
     schedule_text = validate_text("schedule", merged["schedule"], max_chars=255)
     timezone = validate_text("timezone", merged.get("timezone", "UTC"), max_chars=64)
     parsed = schedules.parse_schedule(schedule_text, timezone)
-
-    command = merged.get("command")
-    target = merged.get("callable")
-    if command is not None and target is not None:
-        raise ValidationError("command", "give either command or callable, not both")
-    if command is None and target is None:
-        raise ValidationError("command", "give one of command (a shell command) or callable")
-    kwargs = merged.get("kwargs") or {}
-    if command is not None:
-        # A TEXT column: 65,535 bytes, whatever the characters.
-        command = validate_text("command", command, max_chars=MAX_COMMAND_BYTES, max_bytes=MAX_COMMAND_BYTES)
-        if "\x00" in command:
-            raise ValidationError("command", "must not contain NUL characters")
-        if kwargs:
-            raise ValidationError("kwargs", "only a callable takes kwargs")
-    else:
-        target = validate_text("callable", target, max_chars=255)
-        validate_callable(target)
-    if not isinstance(kwargs, dict):
-        raise ValidationError("kwargs", f"must be an object, not {type_name(kwargs)}")
-    try:
-        # Keep kwargs as they come back from storage (JSON: string keys, lists for
-        # tuples), so that re-publishing the same definition compares equal, and so
-        # that storage's sorted encoding cannot fail on keys of mixed types.
-        kwargs = json.loads(json.dumps(kwargs, allow_nan=False))
-        encoded = json.dumps(kwargs, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as error:
-        raise ValidationError("kwargs", f"must be JSON-serialisable: {error}") from None
-    check_unicode("kwargs", json.dumps(kwargs, ensure_ascii=False))
-    if len(encoded.encode()) > MAX_KWARGS_BYTES:
-        raise ValidationError("kwargs", f"must encode to at most {MAX_KWARGS_BYTES} bytes")
-
+    command, target, kwargs = _target(merged)
     timeout = merged.get("timeout_s")
     if timeout is not None:
         timeout = _number("timeout_s", timeout, low=0, high=MAX_TIMEOUT_S, low_open=True)
@@ -181,6 +130,67 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         ),
         paused=paused,
     )
+
+
+def _merged(data: Mapping[str, Any], base: JobSpec | None) -> dict[str, Any]:
+    """The definition asked for: ``data`` over ``base`` (when it is a change), its
+    fields known and the required ones there."""
+    if not isinstance(data, Mapping):
+        raise ValidationError("body", f"must be an object, not {type_name(data)}")
+    unknown = sorted(set(data) - set(SPEC_FIELDS))
+    if unknown:
+        raise ValidationError(
+            unknown[0], f"unknown field (allowed: {', '.join(SPEC_FIELDS)})"
+        )
+    if base is not None and "name" in data and data["name"] != base.name:
+        raise ValidationError("name", "cannot be changed; create a new job instead")
+    merged: dict[str, Any] = {} if base is None else {f: getattr(base, f) for f in SPEC_FIELDS}
+    merged.update(data)
+    # On update, giving one kind of target replaces the other.
+    if base is not None and data.get("command") is not None and "callable" not in data:
+        merged["callable"] = None
+        merged["kwargs"] = data.get("kwargs", {})
+    if base is not None and data.get("callable") is not None and "command" not in data:
+        merged["command"] = None
+    for required in ("name", "schedule"):
+        if merged.get(required) is None:
+            raise ValidationError(required, "is required")
+    return merged
+
+
+def _target(merged: Mapping[str, Any]) -> tuple[str | None, str | None, dict[str, Any]]:
+    """(command, callable, kwargs): exactly one of the two targets, validated."""
+    command = merged.get("command")
+    target = merged.get("callable")
+    if command is not None and target is not None:
+        raise ValidationError("command", "give either command or callable, not both")
+    if command is None and target is None:
+        raise ValidationError("command", "give one of command (a shell command) or callable")
+    kwargs = merged.get("kwargs") or {}
+    if command is not None:
+        # A TEXT column: 65,535 bytes, whatever the characters.
+        command = validate_text("command", command, max_chars=MAX_COMMAND_BYTES, max_bytes=MAX_COMMAND_BYTES)
+        if "\x00" in command:
+            raise ValidationError("command", "must not contain NUL characters")
+        if kwargs:
+            raise ValidationError("kwargs", "only a callable takes kwargs")
+    else:
+        target = validate_text("callable", target, max_chars=255)
+        validate_callable(target)
+    if not isinstance(kwargs, dict):
+        raise ValidationError("kwargs", f"must be an object, not {type_name(kwargs)}")
+    try:
+        # Keep kwargs as they come back from storage (JSON: string keys, lists for
+        # tuples), so that re-publishing the same definition compares equal, and so
+        # that storage's sorted encoding cannot fail on keys of mixed types.
+        kwargs = json.loads(json.dumps(kwargs, allow_nan=False))
+        encoded = json.dumps(kwargs, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ValidationError("kwargs", f"must be JSON-serialisable: {error}") from None
+    check_unicode("kwargs", json.dumps(kwargs, ensure_ascii=False))
+    if len(encoded.encode()) > MAX_KWARGS_BYTES:
+        raise ValidationError("kwargs", f"must encode to at most {MAX_KWARGS_BYTES} bytes")
+    return command, target, kwargs
 
 
 def first_fire(spec: JobSpec, now: datetime) -> datetime | None:

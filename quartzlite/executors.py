@@ -202,7 +202,8 @@ def run_shell(
     output_limit: int,
     handle: RunHandle,
 ) -> Outcome:
-    tail = _Tail(output_limit)
+    """Run ``command`` as ``bash -c`` in its own process group, behind the gate, and
+    watch it to its end (or its timeout, or a kill); see the module doc."""
     go_read, go_write = os.pipe()
     go_read = _above_stdio(go_read)
     try:
@@ -224,9 +225,25 @@ def run_shell(
         return Outcome(status=RunStatus.FAILED, error=f"could not start bash: {error}")
     finally:
         os.close(go_read)
-    pid = proc.pid
-    assert proc.stdout is not None
-    out_r = proc.stdout.fileno()
+    _open_gate(proc.pid, go_write, handle)
+    tail = _Tail(output_limit)
+    try:
+        why, reason = _watch(proc, handle, tail, timeout_s, kill_grace_s)
+    finally:
+        _let_go(proc, handle)
+    code = proc.returncode
+    output = tail.text()
+    if why is not None:
+        return Outcome(status=why, exit_code=code, output=output, error=reason)
+    if code == 0:
+        return Outcome(status=RunStatus.SUCCEEDED, exit_code=0, output=output)
+    failure = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, error=failure)
+
+
+def _open_gate(pid: int, go_write: int, handle: RunHandle) -> None:
+    """Make the new group known (to the handle, then the guard), then let bash run the
+    command, unless a forced kill came first."""
     with handle._lock:
         handle.pgid = pid
         force = handle.force
@@ -240,6 +257,16 @@ def run_shell(
         except OSError:
             pass  # bash is gone already
     os.close(go_write)
+
+
+def _watch(proc: subprocess.Popen[bytes], handle: RunHandle, tail: _Tail,
+           timeout_s: float | None, kill_grace_s: float) -> tuple[RunStatus | None, str | None]:
+    """Collect the output until bash has exited, signalling its group on a kill or at
+    the timeout (SIGTERM, SIGKILL after the grace period); then kill what it left behind
+    and drain the pipe. Returns why it was stopped (None: it ended by itself)."""
+    pid = proc.pid
+    assert proc.stdout is not None
+    out_r = proc.stdout.fileno()
     # poll, not select: a busy node has descriptors above select's FD_SETSIZE (1024).
     # bash's exit is watched through a pidfd in the same poll: the run ends the moment
     # bash does (a pipe closed a moment before bash is reapable cost a 50 ms nap).
@@ -248,8 +275,7 @@ def run_shell(
     exit_fd = _exit_watch(pid)
     if exit_fd is not None:
         poller.register(exit_fd, select.POLLIN)
-    started = time.monotonic()
-    deadline = None if timeout_s is None else started + timeout_s
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     terminated_at: float | None = None
     why: RunStatus | None = None
     reason: str | None = None
@@ -277,39 +303,37 @@ def run_shell(
                     poller.unregister(out_r)
             if (exit_fd is None or exit_fd in ready or not open_pipe) and _exited(pid):
                 break
-        if why is None and handle.kill_requested:  # a forced kill that ended bash at once
-            why, reason = RunStatus.KILLED, handle.reason
-        # bash is gone: kill what it left behind in its group, then drain the pipe.
-        _signal_group(pid, signal.SIGKILL)
-        drain = select.poll()
-        drain.register(out_r, select.POLLIN)
-        while open_pipe:
-            if not drain.poll(200):
-                break
-            data = os.read(out_r, 65536)
-            if not data:
-                break
-            tail.add(data)
     finally:
-        proc.stdout.close()
         if exit_fd is not None:
             os.close(exit_fd)
-        # bash, not reaped yet, still holds the group id: kill the group (bash too, if
-        # an error got us here), let go of the id, and only then reap bash.
-        _signal_group(pid, signal.SIGKILL)
-        with handle._lock:
-            handle.pgid = None
-        if handle.on_group is not None:
-            handle.on_group(pid, False)
-        proc.wait()
-    code = proc.returncode
-    output = tail.text()
-    if why is not None:
-        return Outcome(status=why, exit_code=code, output=output, error=reason)
-    if code == 0:
-        return Outcome(status=RunStatus.SUCCEEDED, exit_code=0, output=output)
-    failure = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-    return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, error=failure)
+    if why is None and handle.kill_requested:  # a forced kill that ended bash at once
+        why, reason = RunStatus.KILLED, handle.reason
+    # bash is gone: kill what it left behind in its group, then drain the pipe.
+    _signal_group(pid, signal.SIGKILL)
+    drain = select.poll()
+    drain.register(out_r, select.POLLIN)
+    while open_pipe:
+        if not drain.poll(200):
+            break
+        data = os.read(out_r, 65536)
+        if not data:
+            break
+        tail.add(data)
+    return why, reason
+
+
+def _let_go(proc: subprocess.Popen[bytes], handle: RunHandle) -> None:
+    """bash, not reaped yet, still holds the group id: kill the group (bash too, if an
+    error got us here), let go of the id, and only then reap bash."""
+    assert proc.stdout is not None
+    proc.stdout.close()
+    pid = proc.pid
+    _signal_group(pid, signal.SIGKILL)
+    with handle._lock:
+        handle.pgid = None
+    if handle.on_group is not None:
+        handle.on_group(pid, False)
+    proc.wait()
 
 
 def resolve(target: str) -> Callable[..., Any]:

@@ -106,6 +106,17 @@ def test_the_wheel_holds_every_migration(installed: Installed) -> None:
     assert "quartzlite/py.typed" in names
 
 
+def test_the_wheel_holds_every_module_of_the_package(installed: Installed) -> None:
+    """Every module of every subpackage (a package list in pyproject.toml once left
+    quartzlite.node.services out: a node installed from the wheel could not start)."""
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        names = set(wheel.namelist())
+    for path in (ROOT / "quartzlite").rglob("*.py"):
+        if "__pycache__" not in path.parts:
+            shipped = path.relative_to(ROOT).as_posix()
+            assert shipped in names, f"{shipped} is missing from {installed.wheel.name}"
+
+
 def test_the_installed_package_uses_its_own_migrations(
     installed: Installed, tmp_path: Path
 ) -> None:
