@@ -72,7 +72,9 @@ class GuardLink:
     def python_run(self, started: bool) -> None:
         """A Python run starts or ends. A thread cannot be killed, only its process: while
         any runs, the guard holds this node's pid and SIGKILLs the node itself when it
-        misses its deadline, so that no Python run outlives the session into a rerun."""
+        misses its deadline, so that no Python run outlives the session into a rerun.
+        A worker running Python runs one after another tells this once for all of them
+        (see ``Node._work``)."""
         with self._runs_lock:  # not send()'s lock: that one is held across a write
             before = self._python_runs
             self._python_runs += 1 if started else -1

@@ -662,14 +662,27 @@ class Node:
 
     def _work(self, execution: Execution | None) -> None:
         """A worker thread: run this, then, in the place it frees, the next ready run
-        (no hand-over to another thread between two runs)."""
-        while execution is not None:
-            try:
-                held = self._execute(execution)
-            except Exception:  # a bug must not leak the place
-                log.exception("recording the end of a run failed")
-                held = True
-            execution = self._take(ended=execution if held else None)
+        (no hand-over to another thread between two runs).
+
+        The guard holds the node's pid while this thread runs Python runs: told before
+        the first of them starts, and once this thread has none left to run (not twice
+        for each of a series of short runs: that cost a third of a burst's time)."""
+        guarded = False
+        try:
+            while execution is not None:
+                python = execution.context is not None
+                if self.guard is not None and python != guarded:
+                    self.guard.python_run(python)
+                    guarded = python
+                try:
+                    held = self._execute(execution)
+                except Exception:  # a bug must not leak the place
+                    log.exception("recording the end of a run failed")
+                    held = True
+                execution = self._take(ended=execution if held else None)
+        finally:
+            if guarded and self.guard is not None:
+                self.guard.python_run(False)
 
     def _mark_started(self, execution: Execution) -> None:
         timeout = execution.fired.prepared.spec.timeout_s
@@ -713,17 +726,11 @@ class Node:
             else:
                 assert spec.callable is not None
                 assert execution.context is not None
-                self._mark_started(execution)
-                if self.guard is not None:
-                    self.guard.python_run(True)
-                try:
-                    outcome = run_callable(
-                        spec.callable, spec.kwargs, context=execution.context,
-                        output_limit=self.config.output_limit_bytes,
-                    )
-                finally:
-                    if self.guard is not None:
-                        self.guard.python_run(False)
+                self._mark_started(execution)  # the guard holds us already (see _work)
+                outcome = run_callable(
+                    spec.callable, spec.kwargs, context=execution.context,
+                    output_limit=self.config.output_limit_bytes,
+                )
         except BaseException as error:  # noqa: BLE001 - exactly one result per run
             outcome = Outcome(status=RunStatus.FAILED, error=f"executor error: {error!r}")
         finally:

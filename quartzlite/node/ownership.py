@@ -44,21 +44,26 @@ class Execution:
     began_mono: float | None = None
     cpu_clock: int = 0
     cpu_began: float = 0.0
+    process_began: float = 0.0
 
     def began(self) -> None:
         """Called by the worker thread that runs it, just before it runs."""
         self.cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
         self.cpu_began = time.clock_gettime(self.cpu_clock)
+        self.process_began = time.process_time()
         self.began_mono = time.monotonic()
 
     def busy(self, now: float, after_s: float, long_s: float) -> bool:
         """Not (yet) known to be waiting: begun less than ``after_s`` ago (or not yet
-        begun), or its thread computed for at least half the time since it began, for
-        less than ``long_s``. A run blocked in a call (a subprocess, the network,
-        sleep) is not busy, nor one that has computed for long (so no ready run waits
+        begun), or its thread (or, while its thread waited, the process: the GIL) computed
+        for at least half the time since it began, for less than ``long_s``. A shell run
+        whose process has started is not busy, nor a run blocked in a call (the network,
+        sleep) while the process idles, nor one busy for long (so no ready run waits
         behind it for more than ``long_s``)."""
         if self.began_mono is None:
             return True
+        if self.handle.pgid is not None:
+            return False  # a shell run whose process runs: its thread only watches it
         age = now - self.began_mono
         if age < after_s:
             return True
@@ -68,7 +73,12 @@ class Execution:
             cpu = time.clock_gettime(self.cpu_clock) - self.cpu_began
         except OSError:  # its thread is gone
             return False
-        return cpu >= 0.5 * age
+        if cpu >= 0.5 * age:
+            return True
+        # Its thread barely ran. Blocked in a call, unless the process kept the CPU busy
+        # meanwhile: then it most likely waited for the GIL, which another worker
+        # would only wait for too.
+        return time.process_time() - self.process_began >= 0.5 * age
     #: Running when the node fenced: its shell group was killed (by the node or its
     #: guard), so an abnormal end is that kill, never the job's failure.
     fence_killed: bool = False
