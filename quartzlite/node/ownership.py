@@ -39,8 +39,8 @@ class Execution:
     recorded: threading.Event = field(default_factory=threading.Event)
     #: Handed to a worker thread (it may have started).
     submitted: bool = False
-    #: Set by its worker as the run begins: the monotonic instant, and the worker
-    #: thread's CPU clock and its reading then (see :meth:`Ownership.take`).
+    #: Set by its worker as the run begins: the monotonic instant, the worker thread's
+    #: CPU clock and its reading then, and the process's CPU time (see :meth:`busy`).
     began_mono: float | None = None
     cpu_clock: int = 0
     cpu_began: float = 0.0
@@ -157,9 +157,9 @@ class Ownership:
             execution.submitted = True
             return execution, not self._ready
 
-    #: A run that has held its place this long while its thread computed less than
-    #: half of that time is waiting (in a call, a subprocess): another worker may start
-    #: the next ready run beside it. Runs that compute gain nothing from more threads
+    #: A run that has held its place this long while neither its thread nor the process
+    #: computed for half of that time is waiting (in a call): another worker may start
+    #: the next ready run beside it (a shell run, as soon as its process has started). Runs that compute gain nothing from more threads
     #: (they take turns at the GIL), and short runs go one after the other on one
     #: worker: 16 threads taking turns at the GIL around every system call cost a
     #: burst of short Python runs ~6 thread switches a run and twice the time.
