@@ -129,14 +129,7 @@ def _parse_dom(
         return "*", None, None
     items = text.split(",")
     if any(_DOM_LAST.fullmatch(i) or _DOM_NEAREST.fullmatch(i) for i in items):
-        if not quartz:
-            raise _field_error(
-                position, _DOM, '"L" and "W" are supported only in 6/7-field Quartz expressions'
-            )
-        if len(items) > 1:
-            raise _field_error(
-                position, _DOM, f'"{text}": an L or W item must be the only item of the field'
-            )
+        _quartz_item_alone(text, items, position, _DOM, quartz, "W")
         last = _DOM_LAST.fullmatch(text)
         if last is not None:
             offset_text, weekday = last.group(1), last.group(2) is not None
@@ -155,6 +148,20 @@ def _parse_dom(
     return ",".join(map(str, values)), values, None
 
 
+def _quartz_item_alone(
+    text: str, items: list[str], position: int, spec: _Field, quartz: bool, mark: str
+) -> None:
+    """An ``L`` or ``<mark>`` item: Quartz only, and the only item of its field."""
+    if not quartz:
+        raise _field_error(
+            position, spec, f'"L" and "{mark}" are supported only in 6/7-field Quartz expressions'
+        )
+    if len(items) > 1:
+        raise _field_error(
+            position, spec, f'"{text}": an L or {mark} item must be the only item of the field'
+        )
+
+
 def _parse_dow(text: str, position: int, quartz: bool) -> str:
     """-> the croniter (0=Sunday) day-of-week text."""
     if text in ("*", "?"):
@@ -162,14 +169,7 @@ def _parse_dow(text: str, position: int, quartz: bool) -> str:
     spec = _DOW_QUARTZ if quartz else _DOW_CRON
     items = text.split(",")
     if any(i == "L" or _DOW_LAST.fullmatch(i) or _DOW_NTH.fullmatch(i) for i in items):
-        if not quartz:
-            raise _field_error(
-                position, spec, '"L" and "#" are supported only in 6/7-field Quartz expressions'
-            )
-        if len(items) > 1:
-            raise _field_error(
-                position, spec, f'"{text}": an L or # item must be the only item of the field'
-            )
+        _quartz_item_alone(text, items, position, spec, quartz, "#")
         if text == "L":  # Quartz: L alone in day-of-week means Saturday
             return "6"
         last = _DOW_LAST.fullmatch(text)
