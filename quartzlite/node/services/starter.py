@@ -90,15 +90,14 @@ class Starter(NodeService):
             release.extend(checked)
         if node.fenced.is_set():
             return None
-        node.release(release)  # also hands waiting runs to more workers, if it is time
-        # While runs wait and a place is free, look again in a moment.
-        spread = node.owned.SPREAD_AFTER_S if node.owned.spreadable() else None
+        # Also hands waiting runs to more workers if it is time, and if not, asks this
+        # thread to look again in a moment (see Node._dispatch).
+        node.release(release)
         with self._heap_lock:
             following = self._waiting[0][0] if self._waiting else None
         if following is None:
-            return spread
-        due_in = max(held, (following - node.db_now()).total_seconds())
-        return due_in if spread is None else min(spread, due_in)
+            return None
+        return max(held, (following - node.db_now()).total_seconds())
 
     def _check(self, ahead: list[Execution]) -> tuple[list[Execution], float]:
         """The start check: the runs to release now, and how long until the database
