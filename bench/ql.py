@@ -362,7 +362,38 @@ def spawn_floor(samples: int = 200) -> dict[str, Any]:
         "spawn_p99_ms": util.ms(alone[min(len(alone) - 1, int(len(alone) * 0.99))]),
         "all_started_at_once_ms": util.ms(at_once),
         "all_started_16_at_once_ms": util.ms(max(together)),
+        "gated_16_at_once_ms": util.ms(_gated_floor(samples)),
     }
+
+
+def _gated_floor(samples: int) -> float:
+    """``samples`` bash started a second ahead, each waiting on its stdin (as a node's
+    bash waits at its gate), then let go 16 at a time, each as one ends: when the last
+    one runs (seconds after the first was let go)."""
+    script = 'read -r _; exec </dev/null; printf "%s" "$EPOCHREALTIME"'
+    waiting = [subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+               for _ in range(samples)]
+    time.sleep(1.0)
+    began = time.time()
+    going: list[subprocess.Popen[str]] = []
+    last = 0.0
+    for proc in waiting:
+        while len(going) >= 16:
+            last = max(last, _printed(going.pop(0)))
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+        going.append(proc)
+    last = max([last] + [_printed(p) for p in going])
+    return last - began
+
+
+def _printed(proc: subprocess.Popen[str]) -> float:
+    assert proc.stdout is not None
+    value = float(proc.stdout.read())
+    proc.wait()
+    return value
 
 
 # -- failover --------------------------------------------------------------------------
