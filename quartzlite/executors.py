@@ -5,7 +5,11 @@ Shell commands run as ``bash -c`` in a new session (their own process group), so
 timeout, a kill or a fence signals the whole tree: SIGTERM to the group, SIGKILL after
 the grace period. When the command ends, stragglers left in its group are killed too,
 so no child outlives its run. The command starts only once its process group is known
-to the node's guard (see :func:`_gated`). bash is reaped only after its handle has let go of the
+to the node's guard (see :func:`_gated`), so bash may be started well ahead of the run
+(:func:`spawn_shell`; a node starts it as the run is fired) and wait at its gate.
+:func:`start_shell` opens the gate and returns the :class:`ShellRun` to watch to its end
+(:func:`run_shell` watches one on its own thread, the node's shell watch all of its runs
+on one thread). bash is reaped only after its handle has let go of the
 group id, so a late kill can never signal a group id reused by another process. The
 command sees the node's environment without its ``QUARTZLITE_*`` settings (see
 :func:`job_environment`).

@@ -35,13 +35,13 @@ def standby_limit(warm_shells: int, capacity: int) -> int:
 
 class Spawner(NodeService):
     """Starts bash for each fired shell run, earliest first, while fewer than ``limit``
-    wait at their gate. A bash at its gate runs nothing: its worker opens the gate at
-    the run's start, after the guard knows its process group, exactly as for a bash
-    started then (see :func:`quartzlite.executors.run_shell`). One never used (the run
+    wait at their gate. A bash at its gate runs nothing: the gate opens at the run's
+    start, after the guard knows its process group, exactly as for a bash started then
+    (see :func:`quartzlite.executors.start_shell`). One never used (the run
     was killed, paused or cancelled before it started, or the node fenced) is
     discarded as its run ends; if the node dies, its gates close with it and every
-    waiting bash exits without running its command. A run its worker starts before
-    its bash is ready starts one of its own (a run fired late, or beyond the limit)."""
+    waiting bash exits without running its command. A run started before its bash is
+    ready starts one of its own (a run fired late, or beyond the limit)."""
 
     name = "spawner"
     critical = False  # without it, every bash starts at its run's start
@@ -54,10 +54,6 @@ class Spawner(NodeService):
         self._order = itertools.count()
         #: Bash processes started (or being started) and not taken or discarded yet.
         self._held = 0
-
-    @property
-    def held(self) -> int:
-        return self._held
 
     def add(self, executions: Sequence[Execution]) -> None:
         """Fired runs (called under the mutex after the fire commit)."""
@@ -123,8 +119,3 @@ class Spawner(NodeService):
         discard(spawned)
         with self._lock:
             self._held -= 1
-
-    def clear(self) -> None:
-        """The node is leaving: forget the runs still to be given a bash."""
-        with self._lock:
-            self._waiting.clear()
