@@ -553,6 +553,29 @@ def test_runs_fired_ahead_start_at_their_instant_unless_stopped_while_waiting(
     db.close()
 
 
+def test_a_bash_started_ahead_exits_unrun_when_its_node_is_killed(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    db = Db(db_url)
+    at = db_now(db) + timedelta(seconds=20)
+    client.add_job({"name": "ahead", "schedule": f"@at {at.isoformat()}",
+                    "command": f"touch {marker}", "recovery_policy": "skip"})
+    with nodes(db_url) as start:
+        node = start("n", options={"look-ahead-s": "30", "fire-ahead-s": "30"})
+        wait_until(lambda: children_running(node.pid, str(marker)), timeout=30,
+                   message="a bash started ahead for the fired run")
+        waiting = children_running(node.pid, str(marker))
+        assert db_now(db) < at, "this check needs the instant still to come"
+        node.signal(signal.SIGKILL)
+        node.wait(30)
+        # Its gate closed with the node: it exits (reparented, reaped by init) unrun.
+        wait_until(lambda: not any(pid_alive(pid) for pid in waiting), timeout=30,
+                   message="the waiting bash exited")
+    assert not marker.exists()
+    db.close()
+
+
 def test_resume_runs_a_paused_job_again(db_url: str, client: SchedulerClient, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     client.add_job(recorder("every", log, paused=True))
