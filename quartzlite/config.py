@@ -102,9 +102,10 @@ class NodeConfig:
     prefetch: int = 5000
     #: Most shell runs whose bash is started ahead of their instant: fired runs get
     #: theirs at once, and it waits at its gate (running nothing) until the run starts,
-    #: so bash's start-up (~1 ms of CPU each) is off the run's start. Each holds two of
-    #: the node's file descriptors (bounded by its limit too); 0 starts every bash at
-    #: its run's start. Default 256.
+    #: so bash's start-up (~1 ms of CPU each) is off the run's start. Each is a bash
+    #: process (its memory mostly shared) holding two of the node's file descriptors
+    #: (bounded by the node's limit too); 0 starts every bash at its run's start.
+    #: Default 256.
     warm_shells: int = 256
     #: Tags of this node; a job with tags runs only on nodes having all of them.
     tags: tuple[str, ...] = ()
