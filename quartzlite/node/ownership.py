@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from quartzlite.executors import RunContext, RunHandle, Spawned
+from quartzlite.executors import RunContext, RunHandle
 from quartzlite.models import Fired, Prepared
 
 
@@ -45,31 +45,6 @@ class Execution:
     cpu_clock: int = 0
     cpu_began: float = 0.0
     process_began: float = 0.0
-    #: Running when the node fenced: its shell group was killed (by the node or its
-    #: guard), so an abnormal end is that kill, never the job's failure.
-    fence_killed: bool = False
-    #: Shell runs: the bash started for it ahead of its instant, waiting at its gate,
-    #: until its worker takes it; ``standby_closed`` from then on (or once the run ended
-    #: without it): none may be attached any more (see
-    #: :class:`~quartzlite.node.services.spawner.Spawner`).
-    standby: Spawned | None = None
-    standby_closed: bool = False
-    _environment: dict[str, str] | None = None
-
-    def environment(self) -> dict[str, str]:
-        """What a shell run is told of itself (its ``QUARTZLITE_*`` variables)."""
-        if self._environment is None:
-            fired = self.fired
-            p = fired.prepared
-            self._environment = {
-                "QUARTZLITE_JOB": p.name,
-                "QUARTZLITE_FIRE_ID": p.fire_id,
-                "QUARTZLITE_RUN_ID": str(fired.run_id),
-                "QUARTZLITE_PLANNED_AT": p.planned_at.isoformat(),
-                "QUARTZLITE_SLOT_AT": p.slot_at.isoformat(),
-                "QUARTZLITE_ATTEMPT": str(p.attempt),
-            }
-        return self._environment
 
     def began(self) -> None:
         """Called by the worker thread that runs it, just before it runs."""
@@ -104,6 +79,9 @@ class Execution:
         # meanwhile: then it most likely waited for the GIL, which another worker
         # would only wait for too.
         return time.process_time() - self.process_began >= 0.5 * age
+    #: Running when the node fenced: its shell group was killed (by the node or its
+    #: guard), so an abnormal end is that kill, never the job's failure.
+    fence_killed: bool = False
 
 
 class Ownership:
