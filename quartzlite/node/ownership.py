@@ -45,6 +45,9 @@ class Execution:
     cpu_clock: int = 0
     cpu_began: float = 0.0
     process_began: float = 0.0
+    #: Running when the node fenced: its shell group was killed (by the node or its
+    #: guard), so an abnormal end is that kill, never the job's failure.
+    fence_killed: bool = False
 
     def began(self) -> None:
         """Called by the worker thread that runs it, just before it runs."""
@@ -79,9 +82,6 @@ class Execution:
         # meanwhile: then it most likely waited for the GIL, which another worker
         # would only wait for too.
         return time.process_time() - self.process_began >= 0.5 * age
-    #: Running when the node fenced: its shell group was killed (by the node or its
-    #: guard), so an abnormal end is that kill, never the job's failure.
-    fence_killed: bool = False
 
 
 class Ownership:
@@ -159,10 +159,11 @@ class Ownership:
 
     #: A run that has held its place this long while neither its thread nor the process
     #: computed for half of that time is waiting (in a call): another worker may start
-    #: the next ready run beside it (a shell run, as soon as its process has started). Runs that compute gain nothing from more threads
-    #: (they take turns at the GIL), and short runs go one after the other on one
-    #: worker: 16 threads taking turns at the GIL around every system call cost a
-    #: burst of short Python runs ~6 thread switches a run and twice the time.
+    #: the next ready run beside it (beside a shell run, as soon as its process has
+    #: started). Runs that compute gain nothing from more threads (they take turns at
+    #: the GIL), and short runs go one after the other on one worker: 16 threads taking
+    #: turns at the GIL around every system call cost a burst of short Python runs ~6
+    #: thread switches a run and twice the time.
     SPREAD_AFTER_S = 0.002
     #: A run computing this long no longer holds back the ready runs behind it.
     SPREAD_LONG_S = 0.02
