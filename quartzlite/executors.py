@@ -5,7 +5,11 @@ Shell commands run as ``bash -c`` in a new session (their own process group), so
 timeout, a kill or a fence signals the whole tree: SIGTERM to the group, SIGKILL after
 the grace period. When the command ends, stragglers left in its group are killed too,
 so no child outlives its run. The command starts only once its process group is known
-to the node's guard (see :func:`_gated`). bash is reaped only after its handle has let go of the
+to the node's guard (see :func:`_gated`), so bash may be started well ahead of the run
+(:func:`spawn_shell`; a node starts it as the run is fired) and wait at its gate.
+:func:`start_shell` opens the gate and returns the :class:`ShellRun` to watch to its end
+(:func:`run_shell` watches one on its own thread, the node's shell watch all of its runs
+on one thread). bash is reaped only after its handle has let go of the
 group id, so a late kill can never signal a group id reused by another process. The
 command sees the node's environment without its ``QUARTZLITE_*`` settings (see
 :func:`job_environment`).
@@ -24,6 +28,7 @@ import fcntl
 import importlib
 import logging
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -68,7 +73,8 @@ def current_run() -> RunContext | None:
 class RunHandle:
     """Control of one running attempt: kill it (gracefully or at once)."""
 
-    def __init__(self, on_group: Callable[[int, bool], None] | None = None) -> None:
+    def __init__(self, on_group: Callable[[int, bool], None] | None = None,
+                 on_kill: Callable[[], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._kill = threading.Event()
         self.reason: str | None = None
@@ -79,6 +85,8 @@ class RunHandle:
         self._claimed = False
         #: Told (pgid, True) when a process group starts and (pgid, False) when it is gone.
         self.on_group = on_group
+        #: Told when a kill is asked for (after the signal, if forced): wakes the watcher.
+        self.on_kill = on_kill
 
     def kill(self, reason: str, *, force: bool = False) -> None:
         with self._lock:
@@ -90,6 +98,8 @@ class RunHandle:
             # the group, so only a group this run still holds is signalled.
             if force and self.pgid is not None:
                 _signal_group(self.pgid, signal.SIGKILL)
+        if self.on_kill is not None:
+            self.on_kill()
 
     @property
     def kill_requested(self) -> bool:
@@ -123,16 +133,19 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _gated(command: str) -> str:
+def _gated(command: str, key: str) -> str:
     """``command`` behind a gate: bash first reads a line from its standard input, a pipe
-    the node writes once the process group is registered with its guard. A node that
-    dies in between (SIGKILL right after the fork) closes the pipe, bash reads
-    end-of-file and exits: no command runs unguarded, orphaned, beside the rerun a peer
-    will start. The command then reads from /dev/null. (The gate is standard input, not
-    a descriptor passed on: with one passed, Python 3.11 closes the child's other
-    descriptors by listing /proc/self/fd, and reaping each such child cost the node
-    ~0.3 ms of CPU invalidating those /proc entries.)"""
-    return f"read -r _ || exit 125\nexec </dev/null\n{command}"
+    the node writes once the process group is registered with its guard, and goes on
+    only if the line is ``key``, this bash's own random word. A node that dies in
+    between (SIGKILL right after the fork) closes the pipe, bash reads end-of-file and
+    exits 125: no command runs unguarded, orphaned, beside the rerun a peer will start.
+    Any other line (none should ever come) makes it exit 124, its command unrun. The
+    command then reads from /dev/null. (The gate is standard input, not a descriptor
+    passed on: with one passed, Python 3.11 closes the child's other descriptors by
+    listing /proc/self/fd, and reaping each such child cost the node ~0.3 ms of CPU
+    invalidating those /proc entries.)"""
+    return (f'read -r _gate || exit 125\n[ "$_gate" = {key} ] || exit 124\nunset _gate\n'
+            f"exec </dev/null\n{command}")
 
 
 def job_environment(extra: Mapping[str, str]) -> dict[str, str]:
@@ -198,6 +211,84 @@ def _exit_watch(pid: int) -> int | None:
     return fd
 
 
+@dataclass(slots=True, eq=False)
+class Spawned:
+    """A bash started for one run, waiting at its gate: it runs nothing until the gate
+    opens (:func:`run_shell`), and exits the moment the gate's write end closes
+    (:func:`discard`, or this process's death)."""
+
+    proc: subprocess.Popen[bytes]
+    go_write: int
+    #: The line that opens its gate.
+    key: str
+
+
+def spawn_shell(command: str, env: Mapping[str, str]) -> Spawned:
+    """Start bash for ``command`` in a new session, stopped at its gate (raises OSError)."""
+    go_read, go_write = os.pipe()
+    go_read = _above_stdio(go_read)
+    key = secrets.token_hex(8)
+    try:
+        # subprocess, not os.posix_spawn: that one keeps the GIL while the child execs,
+        # and with 16 runs starting at once the node's other threads waited (a burst of
+        # shell runs started later, though each spawn cost the node less CPU).
+        proc = subprocess.Popen(
+            ["bash", "-c", _gated(command, key)],
+            stdin=go_read,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=job_environment(env),
+            close_fds=True,
+        )
+    except OSError:
+        os.close(go_write)
+        raise
+    finally:
+        os.close(go_read)
+    return Spawned(proc=proc, go_write=go_write, key=key)
+
+
+def discard(spawned: Spawned) -> int:
+    """End a bash whose gate never opened (its command never ran) and reap it: its exit
+    status."""
+    os.close(_gate_fd(spawned))  # it reads end-of-file and exits 125
+    _signal_group(spawned.proc.pid, signal.SIGKILL)  # unreaped, the id is still its own
+    assert spawned.proc.stdout is not None
+    spawned.proc.stdout.close()
+    return spawned.proc.wait()
+
+
+def start_shell(
+    command: str,
+    *,
+    env: Mapping[str, str],
+    timeout_s: float | None,
+    kill_grace_s: float,
+    output_limit: int,
+    handle: RunHandle,
+    spawned: Spawned | None = None,
+) -> ShellRun | Outcome:
+    """Start ``command`` as ``bash -c`` in its own process group, behind the gate, and
+    open the gate: the run to watch to its end, or the outcome of a bash that could not
+    start. ``spawned``: the bash started for this run ahead of its instant, if any (one
+    that has exited in the meantime is discarded, and a new one started)."""
+    if spawned is not None and _exited(spawned.proc.pid):
+        code = discard(spawned)
+        log.warning("the bash started ahead of this run exited at its gate (status %d), "
+                    "its command unrun: the run starts a new one", code,
+                    extra={"action": "gate_exited"})
+        spawned = None
+    if spawned is None:
+        try:
+            spawned = spawn_shell(command, env)
+        except OSError as error:
+            return Outcome(status=RunStatus.FAILED, error=f"could not start bash: {error}")
+    _open_gate(spawned, handle)
+    return ShellRun(spawned.proc, handle, timeout_s=timeout_s, kill_grace_s=kill_grace_s,
+                    output_limit=output_limit)
+
+
 def run_shell(
     command: str,
     *,
@@ -206,48 +297,49 @@ def run_shell(
     kill_grace_s: float,
     output_limit: int,
     handle: RunHandle,
+    spawned: Spawned | None = None,
 ) -> Outcome:
-    """Run ``command`` as ``bash -c`` in its own process group, behind the gate, and
-    watch it to its end (or its timeout, or a kill); see the module doc."""
-    go_read, go_write = os.pipe()
-    go_read = _above_stdio(go_read)
+    """Run ``command`` (see :func:`start_shell`) and watch it to its end, or its timeout,
+    or a kill, on this thread."""
+    run = start_shell(command, env=env, timeout_s=timeout_s, kill_grace_s=kill_grace_s,
+                      output_limit=output_limit, handle=handle, spawned=spawned)
+    if isinstance(run, Outcome):
+        return run
     try:
-        # subprocess, not os.posix_spawn: that one keeps the GIL while the child execs,
-        # and with 16 runs starting at once the node's other threads waited (a burst of
-        # shell runs started later, though each spawn cost the node less CPU).
-        proc = subprocess.Popen(
-            ["bash", "-c", _gated(command)],
-            stdin=go_read,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=job_environment(env),
-            close_fds=True,
-        )
-    except OSError as error:
-        os.close(go_write)
-        return Outcome(status=RunStatus.FAILED, error=f"could not start bash: {error}")
-    finally:
-        os.close(go_read)
-    _open_gate(proc.pid, go_write, handle)
-    tail = _Tail(output_limit)
-    try:
-        why, reason = _watch(proc, handle, tail, timeout_s, kill_grace_s)
-    finally:
-        _let_go(proc, handle)
-    code = proc.returncode
-    output = tail.text()
-    if why is not None:
-        return Outcome(status=why, exit_code=code, output=output, error=reason)
-    if code == 0:
-        return Outcome(status=RunStatus.SUCCEEDED, exit_code=0, output=output)
-    failure = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-    return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, error=failure)
+        while True:
+            poller = select.poll()
+            for fd in run.fds():
+                poller.register(fd, select.POLLIN)
+            wait = run.check(time.monotonic())
+            if run.progress(time.monotonic()):
+                return run.end()
+            timeout = run.POLL_S if wait is None else min(run.POLL_S, wait)
+            for fd, _ in poller.poll(max(0, int(timeout * 1000))):
+                run.ready(fd)
+            if run.progress(time.monotonic()):
+                return run.end()
+    except BaseException:
+        run.abort()
+        raise
 
 
-def _open_gate(pid: int, go_write: int, handle: RunHandle) -> None:
+_gates = threading.Lock()
+
+
+def _gate_fd(spawned: Spawned) -> int:
+    """The gate's write end, once: the caller closes it (a closed descriptor's number
+    may be another's by now, and a line written to it could open another bash's gate)."""
+    with _gates:
+        fd, spawned.go_write = spawned.go_write, -1
+    if fd < 0:
+        raise RuntimeError(f"the gate of bash {spawned.proc.pid} was used twice")
+    return fd
+
+
+def _open_gate(spawned: Spawned, handle: RunHandle) -> None:
     """Make the new group known (to the handle, then the guard), then let bash run the
     command, unless a forced kill came first."""
+    pid, go_write = spawned.proc.pid, _gate_fd(spawned)
     with handle._lock:
         handle.pgid = pid
         force = handle.force
@@ -257,87 +349,137 @@ def _open_gate(pid: int, go_write: int, handle: RunHandle) -> None:
         _signal_group(pid, signal.SIGKILL)
     else:
         try:
-            os.write(go_write, b"go\n")
+            os.write(go_write, spawned.key.encode() + b"\n")
         except OSError:
             pass  # bash is gone already
     os.close(go_write)
 
 
-def _watch(proc: subprocess.Popen[bytes], handle: RunHandle, tail: _Tail,
-           timeout_s: float | None, kill_grace_s: float) -> tuple[RunStatus | None, str | None]:
-    """Collect the output until bash has exited, signalling its group on a kill or at
-    the timeout (SIGTERM, SIGKILL after the grace period); then kill what it left behind
-    and drain the pipe. Returns why it was stopped (None: it ended by itself)."""
-    pid = proc.pid
-    assert proc.stdout is not None
-    out_r = proc.stdout.fileno()
-    # poll, not select: a busy node has descriptors above select's FD_SETSIZE (1024).
-    # bash's exit is watched through a pidfd in the same poll: the run ends the moment
-    # bash does (a pipe closed a moment before bash is reapable cost a 50 ms nap).
-    poller = select.poll()
-    poller.register(out_r, select.POLLIN)
-    exit_fd = _exit_watch(pid)
-    if exit_fd is not None:
-        poller.register(exit_fd, select.POLLIN)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    terminated_at: float | None = None
-    why: RunStatus | None = None
-    reason: str | None = None
-    open_pipe = True
-    try:
-        while True:
-            if why is None and handle.kill_requested:
-                why, reason = RunStatus.KILLED, handle.reason
-            elif why is None and deadline is not None and time.monotonic() >= deadline:
-                why, reason = RunStatus.TIMED_OUT, f"timed out after {timeout_s:g}s"
-            if why is not None and terminated_at is None:
-                terminated_at = time.monotonic()
-                _signal_group(pid, signal.SIGKILL if handle.force else signal.SIGTERM)
-            if terminated_at is not None and time.monotonic() - terminated_at >= kill_grace_s:
-                _signal_group(pid, signal.SIGKILL)
-            if handle.force:
-                _signal_group(pid, signal.SIGKILL)
-            ready = {fd for fd, _ in poller.poll(50)}
-            if out_r in ready:
-                data = os.read(out_r, 65536)
-                if data:
-                    tail.add(data)
-                else:
-                    open_pipe = False
-                    poller.unregister(out_r)
-            if (exit_fd is None or exit_fd in ready or not open_pipe) and _exited(pid):
-                break
-    finally:
-        if exit_fd is not None:
-            os.close(exit_fd)
-    if why is None and handle.kill_requested:  # a forced kill that ended bash at once
-        why, reason = RunStatus.KILLED, handle.reason
-    # bash is gone: kill what it left behind in its group, then drain the pipe.
-    _signal_group(pid, signal.SIGKILL)
-    drain = select.poll()
-    drain.register(out_r, select.POLLIN)
-    while open_pipe:
-        if not drain.poll(200):
-            break
-        data = os.read(out_r, 65536)
-        if not data:
-            break
-        tail.add(data)
-    return why, reason
+class ShellRun:
+    """A bash past its gate, watched to its end by whoever polls its descriptors
+    (:meth:`fds`): :func:`run_shell` for one run on its own thread, the node's shell
+    watch for all of its runs on one thread. It collects the output, signals the group
+    on a kill or at the timeout (SIGTERM, SIGKILL after the grace period), and once bash
+    has exited kills what it left behind in its group and drains the pipe (for at most
+    ``DRAIN_S``: a process that left the group may hold it open). bash is reaped only
+    after the handle has let go of its group id (:meth:`end`)."""
 
+    #: Most seconds between two looks at a run without an exit watch (Linux < 5.3),
+    #: and at a kill asked for without a wake-up.
+    POLL_S = 0.05
+    #: Most seconds the output pipe is read after bash has exited.
+    DRAIN_S = 0.2
 
-def _let_go(proc: subprocess.Popen[bytes], handle: RunHandle) -> None:
-    """bash, not reaped yet, still holds the group id: kill the group (bash too, if an
-    error got us here), let go of the id, and only then reap bash."""
-    assert proc.stdout is not None
-    proc.stdout.close()
-    pid = proc.pid
-    _signal_group(pid, signal.SIGKILL)
-    with handle._lock:
-        handle.pgid = None
-    if handle.on_group is not None:
-        handle.on_group(pid, False)
-    proc.wait()
+    def __init__(self, proc: subprocess.Popen[bytes], handle: RunHandle, *,
+                 timeout_s: float | None, kill_grace_s: float, output_limit: int) -> None:
+        assert proc.stdout is not None
+        self.proc = proc
+        self.pid = proc.pid
+        self.handle = handle
+        self.timeout_s = timeout_s
+        self.kill_grace_s = kill_grace_s
+        self.tail = _Tail(output_limit)
+        self.out_fd: int | None = proc.stdout.fileno()
+        # bash's exit is watched through a pidfd beside the pipe: the run ends the moment
+        # bash does (a pipe closed a moment before bash is reapable cost a 50 ms nap).
+        self.exit_fd = _exit_watch(self.pid)
+        self.exit_seen = False
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.terminated_at: float | None = None
+        self.why: RunStatus | None = None
+        self.reason: str | None = None
+        #: When bash was found gone (monotonic); the pipe is drained from then on.
+        self.exited_at: float | None = None
+
+    def fds(self) -> list[int]:
+        """The descriptors to poll for reading now."""
+        found = [] if self.out_fd is None else [self.out_fd]
+        if self.exit_fd is not None:
+            found.append(self.exit_fd)
+        return found
+
+    def ready(self, fd: int) -> None:
+        """``fd`` (one of :meth:`fds`) polled readable."""
+        if fd == self.out_fd:
+            data = os.read(fd, 65536)
+            if data:
+                self.tail.add(data)
+            else:
+                self.out_fd = None  # end of file: bash and its group are done with it
+        elif fd == self.exit_fd:
+            self.exit_seen = True
+
+    def check(self, now: float) -> float | None:
+        """Act on a kill asked for and on the timeout; seconds until this run next
+        needs a look (None: only when a descriptor is ready, or a kill is asked for)."""
+        handle = self.handle
+        if self.exited_at is not None:
+            return max(0.0, self.exited_at + self.DRAIN_S - now)
+        if self.why is None and handle.kill_requested:
+            self.why, self.reason = RunStatus.KILLED, handle.reason
+        elif self.why is None and self.deadline is not None and now >= self.deadline:
+            self.why, self.reason = RunStatus.TIMED_OUT, f"timed out after {self.timeout_s:g}s"
+        if self.why is not None and self.terminated_at is None:
+            self.terminated_at = now
+            _signal_group(self.pid, signal.SIGKILL if handle.force else signal.SIGTERM)
+        if handle.force or (self.terminated_at is not None
+                            and now - self.terminated_at >= self.kill_grace_s):
+            _signal_group(self.pid, signal.SIGKILL)
+        waits = [self.POLL_S] if self.exit_fd is None else []
+        if self.terminated_at is not None:
+            waits.append(max(0.0, self.terminated_at + self.kill_grace_s - now) or self.POLL_S)
+        elif self.deadline is not None:
+            waits.append(max(0.0, self.deadline - now))
+        return min(waits) if waits else None
+
+    def progress(self, now: float) -> bool:
+        """True once the run is over (bash gone, its pipe drained): call :meth:`end`."""
+        if self.exited_at is None:
+            if not (self.exit_fd is None or self.exit_seen or self.out_fd is None):
+                return False
+            if not _exited(self.pid):
+                return False
+            self.exited_at = now
+            if self.exit_fd is not None:
+                os.close(self.exit_fd)
+                self.exit_fd = None
+            if self.why is None and self.handle.kill_requested:  # a forced kill ended it at once
+                self.why, self.reason = RunStatus.KILLED, self.handle.reason
+            # bash is gone: kill what it left behind in its group, then drain the pipe.
+            _signal_group(self.pid, signal.SIGKILL)
+        return self.out_fd is None or now - self.exited_at >= self.DRAIN_S
+
+    def end(self) -> Outcome:
+        """Let go of the group, reap bash: the run's outcome."""
+        self._let_go()
+        code = self.proc.returncode
+        output = self.tail.text()
+        if self.why is not None:
+            return Outcome(status=self.why, exit_code=code, output=output, error=self.reason)
+        if code == 0:
+            return Outcome(status=RunStatus.SUCCEEDED, exit_code=0, output=output)
+        failure = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, error=failure)
+
+    def abort(self) -> None:
+        """An error got the watcher here: kill the group (bash too), let go, reap."""
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)
+            self.exit_fd = None
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """bash, not reaped yet, still holds the group id: kill the group (bash too, if an
+        error got us here), let go of the id, and only then reap bash."""
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        self.out_fd = None
+        _signal_group(self.pid, signal.SIGKILL)
+        with self.handle._lock:
+            self.handle.pgid = None
+        if self.handle.on_group is not None:
+            self.handle.on_group(self.pid, False)
+        self.proc.wait()
 
 
 def resolve(target: str) -> Callable[..., Any]:

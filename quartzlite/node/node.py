@@ -16,6 +16,11 @@ scanner         idle -> prepared under the job lock (look-ahead window), up   cr
 firer           prepared -> executing up to ``fire_ahead_s`` before due        critical
 starter         release fired runs at their instant (one start check); each   critical
                 takes one of ``capacity`` places as soon as one is free
+spawner         start bash for fired shell runs ahead of their instant, each
+                stopped at its gate (at most ``warm_shells``)
+shells          one poll over every running shell run: its output, exit,       critical
+                timeout and kill; starts the next ready run in the place an
+                ended one frees (see :mod:`quartzlite.node.shellwatch`)
 results         executing -> idle in batches; retried until the outcome is    critical
                 known
 compensator     adopt/recover what the DB says we own but memory does not     critical
@@ -51,6 +56,7 @@ peer may expire the session and run the work elsewhere.
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import logging
@@ -70,7 +76,7 @@ from quartzlite.clock import Clock, SystemClock
 from quartzlite.config import NodeConfig
 from quartzlite.enums import RunStatus, TargetKind
 from quartzlite.errors import SchemaError, StoreError
-from quartzlite.executors import RunContext, RunHandle, run_callable, run_shell
+from quartzlite.executors import RunContext, RunHandle, ShellRun, run_callable, start_shell
 from quartzlite.models import Finished, Fired, Outcome, Prepared
 from quartzlite.node.guardlink import GuardLink
 from quartzlite.node.journal import Journal, JournaledOutcome, orphaned
@@ -85,11 +91,13 @@ from quartzlite.node.services import (
     Killer,
     Results,
     Scanner,
+    Spawner,
     Starter,
     Watch,
     Watchdog,
 )
 from quartzlite.node.services.base import Service
+from quartzlite.node.shellwatch import ShellWatch
 from quartzlite.node.stats import NodeStats
 from quartzlite.node.workers import WorkerPool
 from quartzlite.storage import migrate
@@ -250,6 +258,9 @@ class Node:
         #: Held while fencing marks the running executions, and while a result is
         #: judged against that mark (a guard's kill is not the job's failure).
         self._fence_lock = threading.RLock()
+        self._starts_lock = threading.Lock()
+        self._starts: set[int] = set()
+        self._starts_order: collections.deque[int] = collections.deque()
         #: Python runs still executing when the fenced node gave up waiting for them.
         self.unkillable_left = 0
         self.crashed: tuple[str, BaseException] | None = None
@@ -265,13 +276,15 @@ class Node:
         self.scanner = Scanner(self)
         self.firer = Firer(self)
         self.starter = Starter(self)
+        self.spawner = Spawner(self)
+        self.shells = ShellWatch(self._shells_crashed)
         self.results_service = Results(self)
         self.compensator = Compensator(self)
         self.expirer = Expirer(self)
         self.janitor = Janitor(self)
         self.services: list[Service] = [
             self.heartbeat, self.watchdog, self.watcher, self.killer, self.scanner, self.firer,
-            self.starter, self.results_service, self.compensator, self.expirer, self.janitor,
+            self.starter, self.spawner, self.results_service, self.compensator, self.expirer, self.janitor,
         ]
         #: The scanner stopped because the node was full: results wake it at once.
         self.scan_blocked = False
@@ -364,6 +377,7 @@ class Node:
         self.workers.start(min(self.config.capacity, self.PRESTARTED_WORKERS))
         tune_interpreter()
         self.state = NodeState.RUNNING
+        self.shells.start()
         for service in self.services:
             service.start()
         if self.on_started is not None:
@@ -399,6 +413,13 @@ class Node:
                 return self._graceful_stop()
             self.stop_request.wait(0.1)
 
+    def _shells_crashed(self, error: BaseException) -> None:
+        log.error("the shell watch crashed", exc_info=error,
+                  extra={"action": "service_crashed", "service": "shells"})
+        if self.crashed is None:
+            self.crashed = ("shells", error)
+            self.stop_request.wake()
+
     def on_crash(self, service: Service, error: BaseException) -> None:
         log.error(
             "service %s crashed", service.name, exc_info=error,
@@ -418,7 +439,7 @@ class Node:
             self.state = NodeState.FENCED
             self.fenced.set()
             for service in (self.watcher, self.scanner, self.firer, self.starter,
-                            self.compensator, self.expirer, self.janitor, self.killer):
+                            self.spawner, self.compensator, self.expirer, self.janitor, self.killer):
                 service.stop()
             # Every run not yet judged is marked (one the guard just killed has ended
             # already); only runs still going are killed: an ended run's group is gone,
@@ -604,6 +625,7 @@ class Node:
         self.results_stop.set()
         for service in self.services:
             service.stop()
+        self.shells.stop()
         if self.guard is not None:
             # Whatever still runs now must not outlive the node.
             self.guard.close(kill=bool(self.owned.executing) or self.fenced.is_set())
@@ -624,7 +646,9 @@ class Node:
         p = fired.prepared
         handle = RunHandle(on_group=self.guard.group if self.guard is not None else None)
         execution = Execution(fired=fired, handle=handle)
-        if p.spec.target_kind is TargetKind.PYTHON:
+        if p.spec.target_kind is TargetKind.SHELL:
+            handle.on_kill = self.shells.kick
+        else:
             execution.context = RunContext(
                 job=p.name, fire_id=p.fire_id, run_id=fired.run_id,
                 planned_at=p.planned_at, slot_at=p.slot_at, attempt=p.attempt,
@@ -692,10 +716,38 @@ class Node:
             execution.deadline = time.monotonic() + timeout
         self.stats.lateness.observe((self.db_now() - execution.fired.prepared.planned_at).total_seconds())
 
+    #: How many started run ids a node remembers (see :meth:`_first_start`).
+    STARTS_REMEMBERED = 65_536
+
+    def _first_start(self, execution: Execution) -> bool:
+        """A last check before a run starts: this node never starts a run id twice.
+        Nothing should ever ask it to; if something does, that is a bug, reported
+        loudly, and the second start is refused (its place given back, nothing
+        recorded: the first start records the run's outcome)."""
+        run_id = execution.fired.run_id
+        with self._starts_lock:
+            first = run_id not in self._starts
+            if first:
+                self._starts.add(run_id)
+                self._starts_order.append(run_id)
+                if len(self._starts_order) > self.STARTS_REMEMBERED:
+                    self._starts.discard(self._starts_order.popleft())
+        if not first:
+            log.error("BUG: run %d of job %s was about to start a second time on this node; "
+                      "refused", run_id, execution.fired.prepared.name, stack_info=True,
+                      extra={"action": "second_start", "job": execution.fired.prepared.name})
+            self.owned.free(execution)
+        return first
+
     def _execute(self, execution: Execution) -> bool:
+        """Run a Python run to its end here, or start a shell run (the shell watch sees it
+        to its end: :meth:`_shell_ended`). Whether the caller still holds the run's place:
+        it does once it has recorded the run's outcome (the killer may have recorded a
+        Python run cut short, and freed the place); a shell run keeps it until it ends."""
+        if not self._first_start(execution):
+            return False
         execution.began()
-        fired = execution.fired
-        p = fired.prepared
+        p = execution.fired.prepared
         spec = p.spec
         try:
             if self.fenced.is_set():
@@ -710,21 +762,19 @@ class Node:
             elif spec.target_kind is TargetKind.SHELL:
                 self._mark_started(execution)
                 assert spec.command is not None
-                outcome = run_shell(
+                started = start_shell(
                     spec.command,
-                    env={
-                        "QUARTZLITE_JOB": p.name,
-                        "QUARTZLITE_FIRE_ID": p.fire_id,
-                        "QUARTZLITE_RUN_ID": str(fired.run_id),
-                        "QUARTZLITE_PLANNED_AT": p.planned_at.isoformat(),
-                        "QUARTZLITE_SLOT_AT": p.slot_at.isoformat(),
-                        "QUARTZLITE_ATTEMPT": str(p.attempt),
-                    },
+                    env=execution.environment(),
                     timeout_s=spec.timeout_s,
                     kill_grace_s=self.config.kill_grace_s,
                     output_limit=self.config.output_limit_bytes,
                     handle=execution.handle,
+                    spawned=self.spawner.take(execution),
                 )
+                if isinstance(started, ShellRun):
+                    self.shells.watch(started, functools.partial(self._shell_ended, execution))
+                    return False
+                outcome = started
             else:
                 assert spec.callable is not None
                 assert execution.context is not None
@@ -735,11 +785,26 @@ class Node:
                 )
         except BaseException as error:  # noqa: BLE001 - exactly one result per run
             outcome = Outcome(status=RunStatus.FAILED, error=f"executor error: {error!r}")
-        finally:
-            execution.done.set()
-        # The worker still holds the place if its outcome is the one recorded (the
-        # killer may have recorded a Python run cut short, and freed the place).
+        execution.done.set()
         return self.finish(execution, outcome, by_worker=True)
+
+    def _shell_ended(self, execution: Execution, outcome: Outcome) -> None:
+        """On the shell watch's thread: a shell run ended. Record it, and start the next
+        ready run in the place it frees: a shell run whose bash waits at its gate right
+        here (opening a gate is quick), anything else on a worker thread."""
+        execution.done.set()
+        ended = execution if self.finish(execution, outcome, by_worker=True) else None
+        while (following := self._take(ended=ended)) is not None:
+            ended = None
+            if following.context is not None or following.standby is None:
+                self.workers.submit(functools.partial(self._work, following))
+                return
+            try:
+                if self._execute(following):  # it ended at once (killed before it started)
+                    ended = following
+            except Exception:  # a bug must not leak the place
+                log.exception("recording the end of a run failed")
+                ended = following
 
     def finish(self, execution: Execution, outcome: Outcome, *, by_worker: bool = False) -> bool:
         """Record a run's outcome, once: the first to claim the run wins (its worker,
@@ -750,6 +815,8 @@ class Node:
         applies."""
         if not execution.handle.claim():
             return False
+        if execution.context is None:
+            self.spawner.give_up(execution)  # a bash started ahead, unused: it ran nothing
         if execution.submitted and not by_worker:
             # Its place is free at once (a Python run cut short may go on in its
             # thread, unwatched: it holds no place). A worker frees its own place as

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from quartzlite.executors import RunContext, RunHandle
+from quartzlite.executors import RunContext, RunHandle, Spawned
 from quartzlite.models import Fired, Prepared
 
 
@@ -48,6 +48,28 @@ class Execution:
     #: Running when the node fenced: its shell group was killed (by the node or its
     #: guard), so an abnormal end is that kill, never the job's failure.
     fence_killed: bool = False
+    #: Shell runs: the bash started for it ahead of its instant, waiting at its gate,
+    #: until its worker takes it; ``standby_closed`` from then on (or once the run ended
+    #: without it): none may be attached any more (see
+    #: :class:`~quartzlite.node.services.spawner.Spawner`).
+    standby: Spawned | None = None
+    standby_closed: bool = False
+    _environment: dict[str, str] | None = None
+
+    def environment(self) -> dict[str, str]:
+        """What a shell run is told of itself (its ``QUARTZLITE_*`` variables)."""
+        if self._environment is None:
+            fired = self.fired
+            p = fired.prepared
+            self._environment = {
+                "QUARTZLITE_JOB": p.name,
+                "QUARTZLITE_FIRE_ID": p.fire_id,
+                "QUARTZLITE_RUN_ID": str(fired.run_id),
+                "QUARTZLITE_PLANNED_AT": p.planned_at.isoformat(),
+                "QUARTZLITE_SLOT_AT": p.slot_at.isoformat(),
+                "QUARTZLITE_ATTEMPT": str(p.attempt),
+            }
+        return self._environment
 
     def began(self) -> None:
         """Called by the worker thread that runs it, just before it runs."""
@@ -159,11 +181,10 @@ class Ownership:
 
     #: A run that has held its place this long while neither its thread nor the process
     #: computed for half of that time is waiting (in a call): another worker may start
-    #: the next ready run beside it (beside a shell run, as soon as its process has
-    #: started). Runs that compute gain nothing from more threads (they take turns at
-    #: the GIL), and short runs go one after the other on one worker: 16 threads taking
-    #: turns at the GIL around every system call cost a burst of short Python runs ~6
-    #: thread switches a run and twice the time.
+    #: the next ready run beside it (a shell run, as soon as its process has started). Runs that compute gain nothing from more threads
+    #: (they take turns at the GIL), and short runs go one after the other on one
+    #: worker: 16 threads taking turns at the GIL around every system call cost a
+    #: burst of short Python runs ~6 thread switches a run and twice the time.
     SPREAD_AFTER_S = 0.002
     #: A run computing this long no longer holds back the ready runs behind it.
     SPREAD_LONG_S = 0.02

@@ -481,6 +481,22 @@ def test_pause_and_delete_of_a_prepared_job_are_honoured(
     db.close()
 
 
+def children_running(parent: int, text: str) -> list[int]:
+    """Processes whose parent is ``parent`` and whose command line holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
 def test_runs_fired_ahead_start_at_their_instant_unless_stopped_while_waiting(
     db_url: str, client: SchedulerClient, tmp_path: Path
 ) -> None:
@@ -504,6 +520,10 @@ def test_runs_fired_ahead_start_at_their_instant_unless_stopped_while_waiting(
         assert db_now(db) < at, "fired ahead: this check needs the instant still to come"
         assert not executions(log), "nothing starts before its instant"
         assert not marker.exists(), "nothing starts before its instant"
+        # The shell run's bash is started ahead, waiting at its gate (running nothing).
+        wait_until(lambda: children_running(node.pid, str(marker)), timeout=30,
+                   message="a bash started ahead for the shell run")
+        waiting = children_running(node.pid, str(marker))
         client.kill_job("killed-python")
         client.kill_job("killed-shell")
         client.pause_job("paused")
@@ -526,9 +546,33 @@ def test_runs_fired_ahead_start_at_their_instant_unless_stopped_while_waiting(
         assert "deleted" in runs["deleted"].error
         assert {k[0] for k in executions(log)} == {"on-time", "sentinel"}
         assert not marker.exists()
+        assert not any(pid_alive(pid) for pid in waiting), "the unused bash was ended"
         assert client.get_job("paused").state.value == "idle"
         node.signal(signal.SIGTERM)
         assert node.wait(30) == 0
+    db.close()
+
+
+def test_a_bash_started_ahead_exits_unrun_when_its_node_is_killed(
+    db_url: str, client: SchedulerClient, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    db = Db(db_url)
+    at = db_now(db) + timedelta(seconds=20)
+    client.add_job({"name": "ahead", "schedule": f"@at {at.isoformat()}",
+                    "command": f"touch {marker}", "recovery_policy": "skip"})
+    with nodes(db_url) as start:
+        node = start("n", options={"look-ahead-s": "30", "fire-ahead-s": "30"})
+        wait_until(lambda: children_running(node.pid, str(marker)), timeout=30,
+                   message="a bash started ahead for the fired run")
+        waiting = children_running(node.pid, str(marker))
+        assert db_now(db) < at, "this check needs the instant still to come"
+        node.signal(signal.SIGKILL)
+        node.wait(30)
+        # Its gate closed with the node: it exits (reparented, reaped by init) unrun.
+        wait_until(lambda: not any(pid_alive(pid) for pid in waiting), timeout=30,
+                   message="the waiting bash exited")
+    assert not marker.exists()
     db.close()
 
 

@@ -20,9 +20,11 @@ from quartzlite.executors import (
     RunHandle,
     _Tail,
     current_run,
+    discard,
     job_environment,
     run_callable,
     run_shell,
+    spawn_shell,
 )
 from quartzlite.models import Outcome
 
@@ -262,3 +264,56 @@ def test_shell_works_for_a_process_with_its_standard_descriptors_closed() -> Non
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
                             check=False)
     assert result.stderr.decode() == "succeeded|'hi\\ndone\\n'"
+
+
+def test_a_bash_started_ahead_runs_nothing_until_its_gate_opens(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    spawned = spawn_shell(f'echo "$WHO" > {marker}', {"WHO": "ahead"})
+    try:
+        # Waiting at its gate: asleep in read, its command not run.
+        deadline = time.monotonic() + 10
+        while _state(spawned.proc.pid) != "S" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(spawned.proc.pid) == "S"
+        assert not marker.exists()
+    except BaseException:
+        discard(spawned)
+        raise
+    out = run_shell("ignored: the bash started ahead runs its own command", env={},
+                    timeout_s=10, kill_grace_s=1.0, output_limit=1000, handle=RunHandle(),
+                    spawned=spawned)
+    assert out.status is RunStatus.SUCCEEDED, out
+    assert marker.read_text() == "ahead\n"
+
+
+def test_a_discarded_bash_never_runs_its_command_and_is_reaped(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    spawned = spawn_shell(f"touch {marker}", {})
+    pid = spawned.proc.pid
+    discard(spawned)
+    assert spawned.proc.returncode is not None, "reaped"
+    assert _state(pid) == "gone"
+    assert not marker.exists()
+
+
+def test_a_bash_that_died_at_its_gate_is_replaced_at_the_start(tmp_path: Path) -> None:
+    """Its command never ran, so the run is not failed for it: a new bash runs it."""
+    marker = tmp_path / "ran"
+    spawned = spawn_shell(f"echo once >> {marker}", {})
+    os.kill(spawned.proc.pid, signal.SIGKILL)
+    assert gone(spawned.proc.pid)
+    out = run_shell(f"echo once >> {marker}", env={}, timeout_s=10, kill_grace_s=1.0,
+                    output_limit=1000, handle=RunHandle(), spawned=spawned)
+    assert out.status is RunStatus.SUCCEEDED, out
+    assert marker.read_text() == "once\n"
+    assert spawned.proc.returncode == -signal.SIGKILL, "the dead one was reaped"
+
+
+def test_a_process_holding_the_output_open_does_not_hold_the_run() -> None:
+    """A child that left bash's group (setsid) and keeps stdout open: the run ends once
+    bash has, after a short drain, with the output read so far."""
+    began = time.monotonic()
+    out = shell("echo before; setsid sleep 8 & echo after")
+    assert out.status is RunStatus.SUCCEEDED, out
+    assert out.output == "before\nafter\n"
+    assert time.monotonic() - began < 6, "did not wait for the escaped sleep"

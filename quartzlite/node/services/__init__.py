@@ -8,9 +8,10 @@ from quartzlite.node.services.janitor import Janitor
 from quartzlite.node.services.killer import Killer
 from quartzlite.node.services.results import Results
 from quartzlite.node.services.scanner import Scanner
+from quartzlite.node.services.spawner import Spawner
 from quartzlite.node.services.starter import Starter
 from quartzlite.node.services.watch import Watch
 from quartzlite.node.services.watchdog import Watchdog
 
 __all__ = ["Compensator", "Expirer", "Firer", "Heartbeat", "Janitor", "Killer", "Results",
-           "Scanner", "Starter", "Watch", "Watchdog"]
+           "Scanner", "Spawner", "Starter", "Watch", "Watchdog"]

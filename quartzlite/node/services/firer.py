@@ -70,6 +70,7 @@ class Firer(NodeService):
                     continue
                 started.append(node.start_execution(f))
                 node.stats.fires += 1
+            node.spawner.add(started)
             node.starter.add(started)
         if lost:
             node.scanner.wake()
