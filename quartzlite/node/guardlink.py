@@ -17,6 +17,9 @@ class GuardLink:
     node must not hang on it; :meth:`problem` reports it instead, and the node fences.
     """
 
+    #: A closed link neither reads nor writes (its descriptors' numbers may be reused).
+    CLOSED = "the link to the guard is closed"
+
     #: Pipe buffer asked for, so that a burst of run starts never fills it.
     PIPE_BYTES = 1 << 20
 
@@ -89,6 +92,8 @@ class GuardLink:
         """Why this node is no longer guarded, if it is not: the guard killed our
         runs (we missed the deadline), died, stopped reading, or stopped answering."""
         with self._lock:
+            if self._broken == self.CLOSED:
+                return None  # the node closed it: it is going, not unguarded
             while True:
                 try:
                     data = os.read(self._in, 65536)
@@ -123,6 +128,9 @@ class GuardLink:
     def close(self, *, kill: bool = False) -> None:
         self.send("kill" if kill else "exit")
         with self._lock:
+            # Nothing is written from now on: a closed descriptor's number may soon be
+            # another pipe's (a bash's gate), and a line must never reach it.
+            self._broken = self.CLOSED
             for stream in (self.proc.stdin, self.proc.stdout):
                 if stream is not None:
                     try:

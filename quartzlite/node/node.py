@@ -626,6 +626,7 @@ class Node:
         for service in self.services:
             service.stop()
         self.shells.stop()
+        self.shells.join(5)  # no run ends (telling the guard) once the guard is closed
         if self.guard is not None:
             # Whatever still runs now must not outlive the node.
             self.guard.close(kill=bool(self.owned.executing) or self.fenced.is_set())

@@ -22,6 +22,9 @@ Violations (each must be 0):
   the end, or a checked job that did not run again after the faults healed.
 - ``leftovers``: processes of runs or guards still alive after every node stopped.
 - ``silent``: a node alive, reachable and not frozen that kept no live session.
+- ``bugs``: a node log line saying ``BUG:``: a node caught itself breaking an invariant
+  (say, about to start a run a second time) and refused; the soak fails on it even
+  when the refusal kept the history right.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ RETRIED = frozenset({"failed", "timed_out"})
 #: outcome it knows (a few heartbeats and a retry's backoff).
 HEALTHY_S = 1.5
 VIOLATIONS = ("duplicates", "overlaps", "unaccounted", "false_starts", "kills_as_failures",
-              "stuck", "leftovers", "silent")
+              "stuck", "leftovers", "silent", "bugs")
 
 
 @dataclass
@@ -293,3 +296,11 @@ def check_accounted(
             if (job, slot) not in recorded:
                 result.add("unaccounted", f"{job} slot {slot}: no run row")
     result.info["slots_checked"] = expected
+
+
+def check_logs(result: Result, logs: Mapping[str, str]) -> None:
+    """Every ``BUG:`` line of the node logs (``logs``: name -> text) is a violation."""
+    for name, text in logs.items():
+        for line in text.splitlines():
+            if "BUG:" in line:
+                result.add("bugs", f"{name}: {line[:500]}")

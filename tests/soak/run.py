@@ -91,6 +91,8 @@ class Soak:
         #: When each node could not record outcomes (the checker's excuse for a rerun).
         self.impairments = checker.Impairments()
         self.wall_minus_uptime = time.time() - uptime()
+        #: Every node process's log, restarts included.
+        self.node_logs: list[Path] = []
 
     # -- timeline ----------------------------------------------------------------------
 
@@ -148,6 +150,7 @@ class Soak:
         slot.node = NodeProcess(url.render_as_string(hide_password=False), f"soak{slot.index}",
                                 options=options, flags=slot.flags, env=slot.env)
         self.impairments.place[slot.node.pid] = slot.index
+        self.node_logs.append(slot.node.log_path)
         self.note("node_started", node=slot.index, pid=slot.node.pid)
 
     def supervise(self) -> None:
@@ -511,6 +514,9 @@ class Soak:
                     result.add("unaccounted", f"burst job {name}: no final run row")
             for line in self.silent:
                 result.add("silent", line)
+            checker.check_logs(result, {
+                str(path): path.read_text(errors="replace") for path in self.node_logs
+                if path.exists()})
             result.info["burst_jobs"] = len(self.bursts)
             result.info["node_exits"] = sum(len(s.exits) for s in self.slots)
             result.info["runs"] = len(runs)

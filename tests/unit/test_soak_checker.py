@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tests.soak import checker
-from tests.soak.checker import Impairments, Result, RunRow, parse_records
+from tests.soak.checker import Impairments, Result, RunRow, check_logs, parse_records
 
 SLOT = "2026-01-01T00:00:01+00:00"
 KEY = "2026-01-01T00:00:01.000000"
@@ -155,3 +155,12 @@ def test_no_excuse_is_needed_past_the_sessions_expiry() -> None:
     assert check(lines, rows, impairments).counts["duplicates"] == 1
     impairments.expiry["s1"] = 5.5  # last beat at 1.5 + 4 s: only 0.5 s to record
     assert check(lines, rows, impairments).ok
+
+
+def test_a_node_reporting_a_bug_fails_the_soak() -> None:
+    result = Result()
+    check_logs(result, {"a.log": "fine\n2026 ERROR BUG: run 7 was about to start twice\n",
+                        "b.log": "all fine\n"})
+    assert result.counts["bugs"] == 1
+    assert not result.ok
+    assert "a.log" in result.details["bugs"][0]
