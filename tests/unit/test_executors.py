@@ -309,6 +309,30 @@ def test_a_bash_that_died_at_its_gate_is_replaced_at_the_start(tmp_path: Path) -
     assert spawned.proc.returncode == -signal.SIGKILL, "the dead one was reaped"
 
 
+def test_only_its_own_key_opens_a_gate(tmp_path: Path) -> None:
+    """A stray line reaching a waiting bash (none should) makes it exit 124, its command
+    unrun; the run then starts a new bash, and the command runs once."""
+    marker = tmp_path / "ran"
+    spawned = spawn_shell(f"echo once >> {marker}", {})
+    os.write(spawned.go_write, b"go\n")
+    assert spawned.proc.wait(10) == 124
+    assert not marker.exists()
+    out = run_shell(f"echo once >> {marker}", env={}, timeout_s=10, kill_grace_s=1.0,
+                    output_limit=1000, handle=RunHandle(), spawned=spawned)
+    assert out.status is RunStatus.SUCCEEDED, out
+    assert marker.read_text() == "once\n"
+
+
+def test_a_gate_is_opened_or_discarded_once(tmp_path: Path) -> None:
+    spawned = spawn_shell("true", {})
+    discard(spawned)
+    with pytest.raises(RuntimeError, match="used twice"):
+        discard(spawned)
+    with pytest.raises(RuntimeError, match="used twice"):
+        run_shell("true", env={}, timeout_s=10, kill_grace_s=1.0, output_limit=1000,
+                  handle=RunHandle(), spawned=spawned)
+
+
 def test_a_process_holding_the_output_open_does_not_hold_the_run() -> None:
     """A child that left bash's group (setsid) and keeps stdout open: the run ends once
     bash has, after a short drain, with the output read so far."""
