@@ -79,8 +79,9 @@ def check(
 ) -> FaultReport:
     """Build the report for jobs on a whole-second schedule over [start, end).
 
-    ``cut_off``: (session id, pid) of a node that lost the database for good: one rerun
-    of a slot it executed but could not record (abandoned) is counted apart."""
+    ``cut_off``: (session id, pid) of a node that lost the database for good (or froze)
+    until a peer expired its session: one rerun of a slot it executed but could not
+    record (abandoned) is counted apart."""
     report = FaultReport(fault=fault)
     ran = executions(log)
     unknown = _unknown_outcomes(db, log, cut_off) if cut_off is not None else set()
