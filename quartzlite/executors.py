@@ -143,9 +143,11 @@ def _gated(command: str, key: str) -> str:
     command then reads from /dev/null. (The gate is standard input, not a descriptor
     passed on: with one passed, Python 3.11 closes the child's other descriptors by
     listing /proc/self/fd, and reaping each such child cost the node ~0.3 ms of CPU
-    invalidating those /proc entries.)"""
+    invalidating those /proc entries.) Past the gate, bash writes one byte, ``BEGAN``, to
+    its output before the command: a run killed before that byte came never began
+    (:attr:`ShellRun.began`), and claims no start."""
     return (f'read -r _gate || exit 125\n[ "$_gate" = {key} ] || exit 124\nunset _gate\n'
-            f"exec </dev/null\n{command}")
+            f"exec </dev/null\nprintf '\\001'\n{command}")
 
 
 def job_environment(extra: Mapping[str, str]) -> dict[str, str]:
@@ -325,6 +327,9 @@ def run_shell(
 
 _gates = threading.Lock()
 
+#: The byte bash writes to its output once past its gate (see :func:`_gated`).
+BEGAN = b"\x01"
+
 
 def _gate_fd(spawned: Spawned) -> int:
     """The gate's write end, once: the caller closes it (a closed descriptor's number
@@ -390,6 +395,8 @@ class ShellRun:
         self.reason: str | None = None
         #: When bash was found gone (monotonic); the pipe is drained from then on.
         self.exited_at: float | None = None
+        #: bash passed its gate (its first output byte, ``BEGAN``, came): the command began.
+        self.began = False
 
     def fds(self) -> list[int]:
         """The descriptors to poll for reading now."""
@@ -402,10 +409,14 @@ class ShellRun:
         """``fd`` (one of :meth:`fds`) polled readable."""
         if fd == self.out_fd:
             data = os.read(fd, 65536)
+            if not data:
+                self.out_fd = None  # end of file: bash and its group are done with it
+                return
+            if not self.began:
+                self.began = True
+                data = data.removeprefix(BEGAN)
             if data:
                 self.tail.add(data)
-            else:
-                self.out_fd = None  # end of file: bash and its group are done with it
         elif fd == self.exit_fd:
             self.exit_seen = True
 
@@ -454,6 +465,12 @@ class ShellRun:
         self._let_go()
         code = self.proc.returncode
         output = self.tail.text()
+        if not self.began:  # bash never passed its gate: the command did not run
+            if self.why is not None:
+                return Outcome(status=self.why, exit_code=code, output=output, began=False,
+                               error=f"{self.reason} (before it started)")
+            return Outcome(status=RunStatus.FAILED, exit_code=code, output=output, began=False,
+                           error=f"bash ended at its gate (status {code}), its command unrun")
         if self.why is not None:
             return Outcome(status=self.why, exit_code=code, output=output, error=self.reason)
         if code == 0:

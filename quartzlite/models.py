@@ -178,6 +178,9 @@ class Outcome:
     exit_code: int | None = None
     output: str = ""
     error: str | None = None
+    #: False when the run's command never began (a shell run killed before its bash
+    #: passed its gate): the run then records no start.
+    began: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

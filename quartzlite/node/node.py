@@ -835,7 +835,10 @@ class Node:
             outcome = Outcome(
                 status=RunStatus.ABANDONED, exit_code=outcome.exit_code, output=outcome.output,
                 error=f"killed when its node fenced ({self.fence_reason}); recovery policy applies",
+                began=outcome.began,
             )
+        if not outcome.began:
+            execution.started_at = None  # a shell run killed before its command began
         ended = self.db_now()  # our estimate of the database clock; the start was its reading
         if execution.started_at is not None and ended < execution.started_at:
             ended = execution.started_at

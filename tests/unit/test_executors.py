@@ -333,6 +333,26 @@ def test_a_gate_is_opened_or_discarded_once(tmp_path: Path) -> None:
                   handle=RunHandle(), spawned=spawned)
 
 
+def test_a_run_killed_before_its_bash_passed_the_gate_never_began(tmp_path: Path) -> None:
+    """bash acknowledges its gate before the command: a kill that lands before (here bash
+    is stopped, so it cannot read its gate) ends a run that claims no start."""
+    marker = tmp_path / "ran"
+    spawned = spawn_shell(f"touch {marker}", {})
+    os.kill(spawned.proc.pid, signal.SIGSTOP)
+    handle = RunHandle()
+    threading.Timer(0.2, lambda: handle.kill("killed on request", force=True)).start()
+    out = run_shell("ignored", env={}, timeout_s=10, kill_grace_s=1.0, output_limit=1000,
+                    handle=handle, spawned=spawned)
+    assert out.status is RunStatus.KILLED, out
+    assert not out.began
+    assert out.error == "killed on request (before it started)"
+    assert not marker.exists()
+    began = run_shell("printf 'a\\001b'", env={}, timeout_s=10, kill_grace_s=1.0,
+                      output_limit=1000, handle=RunHandle())
+    assert began.began
+    assert began.output == "a\x01b", "only the gate's byte is taken from the output"
+
+
 def test_a_process_holding_the_output_open_does_not_hold_the_run() -> None:
     """A child that left bash's group (setsid) and keeps stdout open: the run ends once
     bash has, after a short drain, with the output read so far."""
