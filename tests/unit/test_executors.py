@@ -27,6 +27,7 @@ from quartzlite.executors import (
     spawn_shell,
 )
 from quartzlite.models import Outcome
+from tests.cluster.harness import wait_until
 
 CONTEXT = RunContext(
     job="j", fire_id="f", run_id=1, planned_at=datetime(2026, 1, 1, tzinfo=UTC),
@@ -271,10 +272,8 @@ def test_a_bash_started_ahead_runs_nothing_until_its_gate_opens(tmp_path: Path) 
     spawned = spawn_shell(f'echo "$WHO" > {marker}', {"WHO": "ahead"})
     try:
         # Waiting at its gate: asleep in read, its command not run.
-        deadline = time.monotonic() + 10
-        while _state(spawned.proc.pid) != "S" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _state(spawned.proc.pid) == "S"
+        wait_until(lambda: _state(spawned.proc.pid) == "S", timeout=10, interval=0.01,
+                   message="bash asleep at its gate")
         assert not marker.exists()
     except BaseException:
         discard(spawned)

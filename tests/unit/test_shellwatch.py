@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from quartzlite.enums import RunStatus
 from quartzlite.executors import RunHandle, ShellRun, start_shell
 from quartzlite.models import Outcome
 from quartzlite.node.shellwatch import ShellWatch
-
-
-def wait_for(condition, timeout: float = 30.0, message: str = "") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {message}"
-        time.sleep(0.01)
+from tests.cluster.harness import wait_until
 
 
 def test_one_thread_sees_many_runs_to_their_ends_with_kills_and_timeouts() -> None:
@@ -47,10 +40,11 @@ def test_one_thread_sees_many_runs_to_their_ends_with_kills_and_timeouts() -> No
         killed = begin("killed", "sleep 60")
         begin("timed-out", "sleep 60", timeout_s=0.3)
         begin("chatty", "for i in $(seq 200); do echo line $i; done")
-        wait_for(lambda: len(outcomes) == 33, message="the runs that end by themselves")
+        wait_until(lambda: len(outcomes) == 33, timeout=30, interval=0.01,
+                   message="the runs that end by themselves")
         assert "killed" not in outcomes
         killed.kill("asked")
-        wait_for(lambda: "killed" in outcomes, message="the kill")
+        wait_until(lambda: "killed" in outcomes, timeout=30, interval=0.01, message="the kill")
     finally:
         watch.stop()
         assert watch.join(10)
