@@ -178,8 +178,8 @@ class Outcome:
     exit_code: int | None = None
     output: str = ""
     error: str | None = None
-    #: False when the run's command never began (a shell run killed before its bash
-    #: passed its gate): the run then records no start.
+    #: False when the run never began (killed or abandoned before it started; a shell
+    #: run killed before its bash passed its gate): it then records no start.
     began: bool = True
 
 

@@ -259,8 +259,8 @@ class Node:
         #: judged against that mark (a guard's kill is not the job's failure).
         self._fence_lock = threading.RLock()
         self._starts_lock = threading.Lock()
-        self._starts: set[int] = set()
-        self._starts_order: collections.deque[int] = collections.deque()
+        #: Run ids started here, oldest first (see :meth:`_first_start`).
+        self._starts: collections.OrderedDict[int, None] = collections.OrderedDict()
         #: Python runs still executing when the fenced node gave up waiting for them.
         self.unkillable_left = 0
         self.crashed: tuple[str, BaseException] | None = None
@@ -526,10 +526,9 @@ class Node:
         for execution in list(self.owned.executing.values()):
             if not execution.submitted:
                 # Released by the start check perhaps, but never handed to a worker.
-                execution.started_at = None
                 execution.done.set()
                 self.finish(execution, Outcome(
-                    status=RunStatus.ABANDONED,
+                    status=RunStatus.ABANDONED, began=False,
                     error=f"never started: its node fenced ({self.fence_reason})",
                 ))
         self.owned.prepared.clear()
@@ -729,10 +728,9 @@ class Node:
         with self._starts_lock:
             first = run_id not in self._starts
             if first:
-                self._starts.add(run_id)
-                self._starts_order.append(run_id)
-                if len(self._starts_order) > self.STARTS_REMEMBERED:
-                    self._starts.discard(self._starts_order.popleft())
+                self._starts[run_id] = None
+                if len(self._starts) > self.STARTS_REMEMBERED:
+                    self._starts.popitem(last=False)
         if not first:
             log.error("BUG: run %d of job %s was about to start a second time on this node; "
                       "refused", run_id, execution.fired.prepared.name, stack_info=True,
@@ -752,13 +750,12 @@ class Node:
         spec = p.spec
         try:
             if self.fenced.is_set():
-                execution.started_at = None
-                outcome = Outcome(status=RunStatus.ABANDONED,
+                outcome = Outcome(status=RunStatus.ABANDONED, began=False,
                                   error=f"never started: its node fenced ({self.fence_reason})")
             elif execution.handle.kill_requested:
-                execution.started_at = None
                 outcome = Outcome(
-                    status=RunStatus.KILLED, error=f"{execution.handle.reason} (before it started)",
+                    status=RunStatus.KILLED, began=False,
+                    error=f"{execution.handle.reason} (before it started)",
                 )
             elif spec.target_kind is TargetKind.SHELL:
                 self._mark_started(execution)
@@ -838,7 +835,7 @@ class Node:
                 began=outcome.began,
             )
         if not outcome.began:
-            execution.started_at = None  # a shell run killed before its command began
+            execution.started_at = None  # it never started: no row claims it did
         ended = self.db_now()  # our estimate of the database clock; the start was its reading
         if execution.started_at is not None and ended < execution.started_at:
             ended = execution.started_at
