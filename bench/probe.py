@@ -221,18 +221,17 @@ def _time_gc() -> None:
 
 def _time_mutex() -> None:
     try:
-        runtime = importlib.import_module("quartzlite.node.node")
+        ownership = importlib.import_module("quartzlite.node.ownership")
     except ImportError:
         return
-    init = runtime.Node.__init__
+    init = ownership.Ownership.__init__
 
     @functools.wraps(init)
     def patched(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        if hasattr(self, "mutex"):
-            self.mutex = TimedRLock("node.mutex")
+        self.mutex = TimedRLock("node.mutex")
 
-    runtime.Node.__init__ = patched
+    ownership.Ownership.__init__ = patched
 
 
 def _dump(path: str) -> None:
@@ -268,6 +267,13 @@ def main() -> None:
     _time_gc()
     threading.Thread(target=_cpu_sampler, name="probe-cpu", daemon=True).start()
     atexit.register(_dump, out)
+    exit_now = os._exit
+
+    def dump_then_exit(code: int) -> None:  # the CLI leaves with os._exit: no atexit
+        _dump(out)
+        exit_now(code)
+
+    os._exit = dump_then_exit
     from quartzlite.cli import main as cli
 
     try:
