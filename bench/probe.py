@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, NoReturn
 
 #: module:Class.method to time; missing ones are skipped (the node is being reworked).
 TARGETS = (
@@ -269,7 +269,7 @@ def main() -> None:
     atexit.register(_dump, out)
     exit_now = os._exit
 
-    def dump_then_exit(code: int) -> None:  # the CLI leaves with os._exit: no atexit
+    def dump_then_exit(code: int) -> NoReturn:  # the CLI leaves with os._exit: no atexit
         _dump(out)
         exit_now(code)
 

@@ -2,8 +2,10 @@
 
 Every write takes the job lock first (``UPDATE ql_locks ... WHERE name='job'``, which
 also bumps the lock's version so that nodes notice the change at their next
-heartbeat), so a management write never races a node's prepare, fire or result
-transaction, and is one transaction: on any error nothing is written. The one
+heartbeat), so a management write never races a node's prepare or fire, and reads the
+job it changes with ``FOR UPDATE``, so it never races a node's result (recorded under
+row locks, not the job lock) either. Each is one transaction: on any error nothing is
+written. The one
 exception is pruning history (:meth:`JobStore.prune_history`): it deletes only rows that
 nothing writes any more (finished runs, deleted idle jobs), in short lock-free batches.
 """
@@ -162,8 +164,8 @@ class JobStore:
             row = self._row(conn, name)
         return rows.job_from_row(row)
 
-    def _row(self, conn: Connection, name: str) -> RowMapping:
-        row = conn.execute(select(jobs).where(jobs.c.active_name == name)).mappings().first()
+    def _row(self, conn: Connection, name: str, *, lock: bool = False) -> RowMapping:
+        row = self._find(conn, name, lock=lock)
         if row is None:
             raise NotFound(f"no job named {name!r}", details={"job": name})
         return row
@@ -252,7 +254,7 @@ class JobStore:
     def add(self, spec: JobSpec, planner: FirstFire) -> Job:
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
-            existing = self._find(t.conn, spec.name)
+            existing = self._find(t.conn, spec.name, lock=True)
             if existing is not None:
                 if t.after_unknown and rows.spec_from_row(existing) == spec:
                     return rows.job_from_row(existing)  # our own earlier commit
@@ -297,7 +299,7 @@ class JobStore:
 
         def tx(t: Tx) -> tuple[Job, bool]:
             take_job_lock(t.conn)
-            existing = self._find(t.conn, spec.name)
+            existing = self._find(t.conn, spec.name, lock=True)
             if existing is None:
                 return self._insert(t.conn, spec, planner), True
             if rows.spec_from_row(existing) == spec:
@@ -313,7 +315,7 @@ class JobStore:
 
         def tx(t: Tx) -> tuple[Job, bool]:
             take_job_lock(t.conn)
-            existing = self._row(t.conn, name)
+            existing = self._row(t.conn, name, lock=True)
             new = change(rows.spec_from_row(existing))
             if rows.spec_from_row(existing) == new:
                 return rows.job_from_row(existing), False
@@ -328,7 +330,7 @@ class JobStore:
 
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
-            existing = self._row(t.conn, name)
+            existing = self._row(t.conn, name, lock=True)
             values: dict[str, Any] = {
                 "deleted": True,
                 "active_name": None,
@@ -345,7 +347,7 @@ class JobStore:
 
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
-            existing = self._row(t.conn, name)
+            existing = self._row(t.conn, name, lock=True)
             if existing["state"] == JobState.EXECUTING.value:
                 raise Conflict(f"job {name!r} is running", details={"job": name})
             if existing["paused"]:
@@ -358,7 +360,7 @@ class JobStore:
     def request_kill(self, name: str) -> Job:
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
-            existing = self._row(t.conn, name)
+            existing = self._row(t.conn, name, lock=True)
             if existing["state"] != JobState.EXECUTING.value:
                 raise Conflict(f"job {name!r} is not running", details={"job": name})
             t.conn.execute(
@@ -377,7 +379,7 @@ class JobStore:
 
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
-            existing = self._row(t.conn, name)
+            existing = self._row(t.conn, name, lock=True)
             if bool(existing["paused"]) == paused:
                 return rows.job_from_row(existing)
             values: dict[str, Any] = {"paused": paused, "updated_at": func.now(6)}
@@ -399,8 +401,12 @@ class JobStore:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _find(self, conn: Connection, name: str) -> RowMapping | None:
-        return conn.execute(select(jobs).where(jobs.c.active_name == name)).mappings().first()
+    def _find(self, conn: Connection, name: str, *, lock: bool = False) -> RowMapping | None:
+        """The job named ``name``; with ``lock``, its row locked until the transaction
+        ends (a write decides on what it read: a node records a result under row locks,
+        not the job lock, and must not change the row between the two)."""
+        query = select(jobs).where(jobs.c.active_name == name)
+        return conn.execute(query.with_for_update() if lock else query).mappings().first()
 
     def _by_id(self, conn: Connection, job_id: int) -> Job:
         return rows.job_from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().one())

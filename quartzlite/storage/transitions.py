@@ -5,7 +5,9 @@ Each function is named after its edge. Its WHERE holds what makes the edge safe 
 state it leaves, and the owner and fire id read under the job lock where a node acts
 on its own work); its SET holds what the edge sets. The node (scan, fire, results,
 hand-back, compensation), expiry and the client (pause, delete, update, trigger) all
-change state through here, inside their own transactions, under the job lock. Nothing
+change state through here, inside their own transactions, under the job lock; the one
+exception is ``result``, whose transaction holds row locks on its own executing jobs
+instead (see :meth:`quartzlite.storage.node.results.Results.complete`). Nothing
 else writes ``ql_jobs.state``: tests/unit/test_transitions.py checks that, and that
 :data:`EDGES` and :data:`quartzlite.enums.JOB_TRANSITIONS` describe the same machine.
 

@@ -82,9 +82,10 @@ class Recovery(StoreBase):
             self.lock(t.conn, "job")
             now = db_now(t.conn)
             found = t.conn.execute(
-                select(*SPEC_COLUMNS).where(
-                    jobs.c.owner_session == session_id, jobs.c.state != JobState.IDLE.value
-                )
+                select(*SPEC_COLUMNS)
+                .where(jobs.c.owner_session == session_id, jobs.c.state != JobState.IDLE.value)
+                .order_by(jobs.c.id)
+                .with_for_update()  # a result may be in flight (it takes row locks only)
             ).mappings().all()
             strays = [r for r in found if (r["id"], r["fire_id"]) not in in_memory]
             adopted = [
@@ -138,10 +139,14 @@ class Recovery(StoreBase):
             dead += [r[0] for r in t.conn.execute(self._orphan_owners().limit(100))]
             if not dead:
                 return []
+            # Locked as read: a result of the expired node may be on its way (results
+            # take row locks, not the job lock). It either committed before this read
+            # (the job is idle, nothing to recover) or waits until we commit.
             owned = t.conn.execute(
-                select(*SPEC_COLUMNS).where(
-                    jobs.c.owner_session.in_(dead), jobs.c.state != JobState.IDLE.value
-                )
+                select(*SPEC_COLUMNS)
+                .where(jobs.c.owner_session.in_(dead), jobs.c.state != JobState.IDLE.value)
+                .order_by(jobs.c.id)
+                .with_for_update()
             ).mappings().all()
             prepared = [r["id"] for r in owned if r["state"] == JobState.PREPARED.value]
             if prepared:
