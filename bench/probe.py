@@ -269,9 +269,9 @@ def main() -> None:
     atexit.register(_dump, out)
     exit_now = os._exit
 
-    def dump_then_exit(code: int) -> NoReturn:  # the CLI leaves with os._exit: no atexit
+    def dump_then_exit(status: int) -> NoReturn:  # the CLI leaves with os._exit: no atexit
         _dump(out)
-        exit_now(code)
+        exit_now(status)
 
     os._exit = dump_then_exit
     from quartzlite.cli import main as cli
