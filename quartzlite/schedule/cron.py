@@ -76,8 +76,16 @@ def _value(token: str, position: int, spec: _Field) -> int:
     return value
 
 
-def _parse_values(text: str, position: int, spec: _Field) -> tuple[int, ...]:
-    """Expand ``*``, values, ranges ``a-b`` (wrapping allowed), steps and lists."""
+#: Quartz's largest step per field (CronExpression.checkIncrementRange: "Increment > 60").
+_QUARTZ_STEP_LIMITS: Final = {"second": 59, "minute": 59, "hour": 23, "day-of-month": 31,
+                              "month": 12, "day-of-week": 7}
+
+
+def _parse_values(text: str, position: int, spec: _Field, *, quartz: bool) -> tuple[int, ...]:
+    """Expand ``*``, values, ranges ``a-b``, steps and lists. A reversed range wraps in
+    a Quartz expression (``22-2``, ``NOV-FEB``: Quartz's syntax) and is refused in
+    5-field cron, as cron refuses it; a step larger than Quartz allows is refused in a
+    Quartz expression."""
     values: set[int] = set()
     for item in text.split(","):
         if not item:
@@ -94,6 +102,14 @@ def _parse_values(text: str, position: int, spec: _Field) -> tuple[int, ...]:
         step = int(step_text) if step_text is not None else 1
         if step < 1:
             raise _field_error(position, spec, f'step 0 in "{item}" is not allowed')
+        limit = _QUARTZ_STEP_LIMITS.get(spec.name)
+        if quartz and limit is not None and step > limit:
+            first = spec.low if start_text == "*" else start_text
+            raise _field_error(
+                position, spec,
+                f'step {step} in "{item}" is larger than Quartz allows in this field (at most '
+                f'{limit}): it would fire only at {first}; write "{first}" for that',
+            )
         if start_text == "*":
             if end_text is not None:
                 raise _field_error(position, spec, f'item "{item}" is not valid')
@@ -108,6 +124,12 @@ def _parse_values(text: str, position: int, spec: _Field) -> tuple[int, ...]:
             values.update(range(start, end + 1, step))
         elif spec is _YEAR:
             raise _field_error(position, spec, f'range "{item}" is reversed')
+        elif not quartz:
+            raise _field_error(
+                position, spec,
+                f'range "{item}" is reversed: cron does not wrap a range; write '
+                f'"{start_text}-{spec.high},{spec.low}-{end_text}" for that',
+            )
         else:  # a wrapping range such as FRI-MON, NOV-FEB or 22-2
             sequence = [*range(start, spec.high + 1), *range(spec.low, end + 1)]
             values.update(sequence[::step])
@@ -144,7 +166,7 @@ def _parse_dom(
         nearest = _DOM_NEAREST.fullmatch(text)
         assert nearest is not None
         return f"{_value(nearest.group(1), position, _DOM)}W", None, None
-    values = _parse_values(text, position, _DOM)
+    values = _parse_values(text, position, _DOM, quartz=quartz)
     return ",".join(map(str, values)), values, None
 
 
@@ -182,7 +204,7 @@ def _parse_dow(text: str, position: int, quartz: bool) -> str:
         if not 1 <= n <= 5:
             raise _field_error(position, spec, f'"{text}": the n in day#n must be between 1 and 5')
         return f"{weekday - 1}#{n}"
-    values = _parse_values(text, position, spec)
+    values = _parse_values(text, position, spec, quartz=quartz)
     days = sorted({(v - 1) if quartz else (v % 7) for v in values})
     return ",".join(map(str, days))
 
@@ -202,21 +224,25 @@ def _parse_cron(fields: list[str], zone: ZoneInfo) -> tuple[_CronTiming, str]:
                 f'field {position} ({spec_name}) "?" is allowed only on its own, '
                 "in day-of-month or day-of-week"
             )
-    seconds = _parse_values(fields[0], 1, _SECOND) if quartz else (0,)
+    seconds = _parse_values(fields[0], 1, _SECOND, quartz=True) if quartz else (0,)
     minute_text, hour_text = fields[offset], fields[offset + 1]
-    minutes = _parse_values(minute_text, offset + 1, _MINUTE)
-    hours = _parse_values(hour_text, offset + 2, _HOUR)
-    dom, dom_values, last_dom = _parse_dom(fields[offset + 2], offset + 3, quartz)
-    months = _parse_values(fields[offset + 3], offset + 4, _MONTH)
-    dow = _parse_dow(fields[offset + 4], offset + 5, quartz)
+    minutes = _parse_values(minute_text, offset + 1, _MINUTE, quartz=quartz)
+    hours = _parse_values(hour_text, offset + 2, _HOUR, quartz=quartz)
+    dom_text, dow_text = fields[offset + 2], fields[offset + 4]
+    if quartz:
+        _check_quartz_days(fields)
+    dom, dom_values, last_dom = _parse_dom(dom_text, offset + 3, quartz)
+    months = _parse_values(fields[offset + 3], offset + 4, _MONTH, quartz=quartz)
+    dow = _parse_dow(dow_text, offset + 5, quartz)
     years: tuple[int, ...] | None = None
     if len(fields) == 7 and fields[6] != "*":
-        years = _parse_values(fields[6], 7, _YEAR)
+        years = _parse_values(fields[6], 7, _YEAR, quartz=True)
 
-    # Quartz combines day-of-month and day-of-week with AND ("?" = no restriction);
-    # classic cron with OR when both are restricted (Vixie cron; croniter's day_or).
-    day_or = not quartz
-    if dom_values is not None and (quartz or dow == "*"):
+    # Vixie cron's day rule (its DOM_STAR/DOW_STAR flags): a day matches both day fields
+    # (AND) when either field begins with "*" (a step after it changes nothing), and
+    # either field (OR) only when both are restricted. Quartz leaves one of them "?".
+    day_or = not quartz and not dom_text.startswith(("*", "?")) and not dow_text.startswith(("*", "?"))
+    if dom_values is not None and not day_or:
         _check_days_fit_months(dom_values, months, years)
 
     month_text = "*" if len(months) == 12 else ",".join(map(str, months))
@@ -229,6 +255,30 @@ def _parse_cron(fields: list[str], zone: ZoneInfo) -> tuple[_CronTiming, str]:
     fixed = not minute_text.startswith("*") and not hour_text.startswith("*")
     timing = _CronTiming(days, _Times(hours, minutes, seconds), zone, fixed=fixed)
     return timing, ("quartz" if quartz else "cron")
+
+
+def _check_quartz_days(fields: list[str]) -> None:
+    """Quartz names the days in one day field and leaves the other "?" (Quartz 2.3.2
+    refuses both given, "not implemented", and both "?")."""
+    dom, dow = fields[3], fields[5]
+
+    def instead(index: int, value: str) -> str:
+        return " ".join(value if i == index else f for i, f in enumerate(fields))
+
+    if dom == "?" and dow == "?":
+        raise _schedule_error(
+            'day-of-month and day-of-week are both "?": a Quartz expression names the days '
+            f'in one of them; for every day write "{instead(3, "*")}"'
+        )
+    if dom != "?" and dow != "?":
+        if "*" in (dom, dow):
+            fix = f'write "{instead(5, "?") if dow == "*" else instead(3, "?")}"'
+        else:
+            fix = f'Quartz cannot combine them: keep one, e.g. "{instead(5, "?")}"'
+        raise _schedule_error(
+            "a Quartz (6/7-field) expression names the days in day-of-month or in "
+            f'day-of-week, not both (got "{dom}" and "{dow}"): the other is "?"; {fix}'
+        )
 
 
 def _check_days_fit_months(

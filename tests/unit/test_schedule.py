@@ -148,17 +148,25 @@ def fires(expression: str, start: str, count: int, timezone: str = "UTC") -> lis
             ["2026-01-13T00:00:00Z", "2026-02-13T00:00:00Z"],
             id="dom-only",
         ),
+        # Vixie cron's day rule: a day field that begins with "*" (step or not) makes
+        # the two day fields an AND; only two restricted fields are an OR.
         pytest.param(
-            "0 22-1 * * *",
-            "2026-01-01T12:00:00Z",
-            [
-                "2026-01-01T22:00:00Z",
-                "2026-01-01T23:00:00Z",
-                "2026-01-02T00:00:00Z",
-                "2026-01-02T01:00:00Z",
-                "2026-01-02T22:00:00Z",
-            ],
-            id="wrapping-hour-range",
+            "0 0 */2 * 1",
+            "2026-01-01T00:00:00Z",
+            ["2026-01-05T00:00:00Z", "2026-01-19T00:00:00Z", "2026-02-09T00:00:00Z"],
+            id="vixie-star-step-dom-and-monday-is-and",
+        ),
+        pytest.param(
+            "0 0 */10 * 1,3",
+            "2026-01-01T00:00:00Z",
+            ["2026-01-21T00:00:00Z", "2026-02-11T00:00:00Z", "2026-03-11T00:00:00Z"],
+            id="vixie-star-step-dom-and-day-list-is-and",
+        ),
+        pytest.param(
+            "0 0 13 * */2",
+            "2026-01-01T00:00:00Z",
+            ["2026-01-13T00:00:00Z", "2026-06-13T00:00:00Z", "2026-08-13T00:00:00Z"],
+            id="vixie-dom-and-star-step-dow-is-and",
         ),
         pytest.param(
             "30 * * * ?",
@@ -365,22 +373,22 @@ def test_next_after_rejects_naive() -> None:
             id="1W-sunday-goes-to-monday-2nd",
         ),
         pytest.param(
-            "0 0 12 13 * FRI",
-            "2026-01-01T00:00:00Z",
-            ["2026-02-13T12:00:00Z", "2026-03-13T12:00:00Z", "2026-11-13T12:00:00Z"],
-            id="and-semantics-friday-13th",
-        ),
-        pytest.param(
-            "0 0 12 * * MON",
+            "0 0 12 ? * MON",
             "2026-01-01T00:00:00Z",
             ["2026-01-05T12:00:00Z", "2026-01-12T12:00:00Z"],
-            id="star-and-dow-is-and",
+            id="day-of-week-only",
         ),
         pytest.param(
-            "0 0 12 ? * ?",
-            "2026-01-01T00:00:00Z",
-            ["2026-01-01T12:00:00Z", "2026-01-02T12:00:00Z"],
-            id="question-marks-both",
+            "0 0 22-1 * * ?",
+            "2026-01-01T12:00:00Z",
+            [
+                "2026-01-01T22:00:00Z",
+                "2026-01-01T23:00:00Z",
+                "2026-01-02T00:00:00Z",
+                "2026-01-02T01:00:00Z",
+                "2026-01-02T22:00:00Z",
+            ],
+            id="wrapping-hour-range",
         ),
         pytest.param(
             "0 0 12 1 JAN,JUL ?",
@@ -895,6 +903,21 @@ def test_preview_stops_when_schedule_ends() -> None:
         ("1,,2 * * * *", "UTC", "schedule", "empty list item"),
         ("1-2-3 * * * *", "UTC", "schedule", "is not valid"),
         ("? * * * *", "UTC", "schedule", '"?" is allowed only'),
+        # cron refuses a reversed range ("bad minute"); Quartz wraps it (its syntax).
+        ("0 22-1 * * *", "UTC", "schedule", 'range "22-1" is reversed: cron does not wrap a '
+         'range; write "22-23,0-1"'),
+        ("0 0 * * FRI-MON", "UTC", "schedule", 'range "FRI-MON" is reversed'),
+        # Quartz: "Increment > 60", "Increment > 24"; one day field is "?".
+        ("0/60 * * * * ?", "UTC", "schedule", 'field 1 (second) step 60 in "0/60" is larger '
+         'than Quartz allows in this field (at most 59): it would fire only at 0; write "0"'),
+        ("0 0 */25 * * ?", "UTC", "schedule", "(at most 23)"),
+        ("0 0 0 1 1/13 ?", "UTC", "schedule", "(at most 12)"),
+        ("0 0 0 ? * 1/8", "UTC", "schedule", "(at most 7)"),
+        ("0 0 12 ? * ?", "UTC", "schedule", 'for every day write "0 0 12 * * ?"'),
+        ("0 0 12 * * *", "UTC", "schedule", 'not both (got "*" and "*"): the other is "?"; '
+         'write "0 0 12 * * ?"'),
+        ("0 0 12 * * MON", "UTC", "schedule", 'write "0 0 12 ? * MON"'),
+        ("0 0 12 13 * FRI", "UTC", "schedule", "Quartz cannot combine them"),
         ("0 0 0 30 2 ?", "UTC", "schedule", "day-of-month 30 never occurs in February"),
         ("0 0 31 4 *", "UTC", "schedule", "day-of-month 31 never occurs in April"),
         ("0 0 31 4,6 *", "UTC", "schedule", "never occurs in April or June"),
