@@ -295,3 +295,43 @@ def test_upgrade_creates_the_database_utf8mb4(new_database: NewDatabase) -> None
         s=make_url(url).database,
     )
     assert rows == [("utf8mb4", "utf8mb4_bin")]
+
+
+def test_0004_gives_stored_quartz_expressions_their_question_mark(
+    new_database: NewDatabase,
+) -> None:
+    """Quartz wants "?" in one day field: stored jobs whose unused day field was "*"
+    (or both "?") are rewritten to mean the same; one restricting both is left for its
+    node to quarantine; cron and @ forms are untouched."""
+    url = new_database()
+    migrate.upgrade(url, "0003")
+    stored = {
+        "every-second": ("* * * * * *", "* * * * * ?"),
+        "mondays": ("0 0 12 * * MON", "0 0 12 ? * MON"),
+        "first": ("0 0 12 1 * *", "0 0 12 1 * ?"),
+        "with-year": ("0 0 12 1 1 * 2027", "0 0 12 1 1 ? 2027"),
+        "both-question": ("0 0 12 ? * ?", "0 0 12 * * ?"),
+        "already-quartz": ("0 0 12 ? * MON", "0 0 12 ? * MON"),
+        "friday-13th": ("0 0 12 13 * FRI", "0 0 12 13 * FRI"),
+        "cron": ("0 0 */2 * 1", "0 0 */2 * 1"),
+        "every": ("@every 1s", "@every 1s"),
+    }
+    for name, (schedule, _) in stored.items():
+        execute(
+            url,
+            "INSERT INTO ql_jobs (name, active_name, schedule, timezone, target_kind, kwargs,"
+            " max_attempts, retry_backoff_s, retry_max_backoff_s, misfire_policy,"
+            " misfire_grace_s, recovery_policy, state, created_at, updated_at)"
+            " VALUES (:n, :n, :s, 'UTC', 'command', '{}', 1, 1, 1, 'fire_once', 60, 'rerun',"
+            " 'idle', '2026-01-01', '2026-01-01')",
+            n=name, s=schedule,
+        )
+
+    migrate.upgrade(url, "0004")
+
+    found = dict(query(url, "SELECT name, schedule FROM ql_jobs"))
+    assert found == {name: after for name, (_, after) in stored.items()}
+    changed = {name for name, updated in query(url, "SELECT name, updated_at FROM ql_jobs")
+               if str(updated) != "2026-01-01 00:00:00"}
+    # A rewritten definition gets a new stamp: a node re-reads it instead of its cache.
+    assert changed == {"every-second", "mondays", "first", "with-year", "both-question"}
