@@ -15,6 +15,7 @@ _EXPORTS = {
     "SchedulerClient": "quartzlite.client",
     "JobState": "quartzlite.enums",
     "MisfirePolicy": "quartzlite.enums",
+    "OverrunPolicy": "quartzlite.enums",
     "RecoveryPolicy": "quartzlite.enums",
     "RunStatus": "quartzlite.enums",
     "Conflict": "quartzlite.errors",
@@ -30,7 +31,7 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from quartzlite.client import SchedulerClient
-    from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
+    from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
     from quartzlite.errors import (
         Conflict,
         NotFound,
@@ -55,6 +56,7 @@ __all__ = [
     "JobState",
     "MisfirePolicy",
     "NotFound",
+    "OverrunPolicy",
     "QuartzliteError",
     "RecoveryPolicy",
     "Run",

@@ -197,6 +197,9 @@ def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         click.option("--retry-max-backoff", "retry_max_backoff_s", type=float, help="cap, s"),
         click.option("--misfire-policy", type=click.Choice(["fire_once", "skip"])),
         click.option("--misfire-grace", "misfire_grace_s", type=float, help="lateness allowed, s"),
+        click.option("--overrun-policy", type=click.Choice(["skip", "catch_up"]),
+                     help="slots that came due while the job ran: skip (default for new jobs) "
+                          "or catch up (misfire policy)"),
         click.option("--recovery-policy", type=click.Choice(["rerun", "skip"])),
         click.option("--priority", type=int),
         click.option("--tag", "tags", multiple=True, help="node tag required (repeatable)"),

@@ -16,7 +16,14 @@ from typing import Any, TypeVar
 from quartzlite import auth
 from quartzlite import schedule as schedules
 from quartzlite.config import MAX_RETENTION_S
-from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, Role, RunStatus
+from quartzlite.enums import (
+    JobState,
+    MisfirePolicy,
+    OverrunPolicy,
+    RecoveryPolicy,
+    Role,
+    RunStatus,
+)
 from quartzlite.errors import AuthError, ValidationError
 from quartzlite.models import AuditEntry, Job, JobSpec, Page, Pruned, Run, Session, Token
 from quartzlite.storage import migrate
@@ -40,7 +47,7 @@ MAX_COMMAND_BYTES = 65_535
 MAX_KWARGS_BYTES = 65_535
 MAX_PAGE = 1000
 
-E = TypeVar("E", MisfirePolicy, RecoveryPolicy)
+E = TypeVar("E", MisfirePolicy, OverrunPolicy, RecoveryPolicy)
 
 SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 
@@ -120,6 +127,9 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
             "misfire_policy", merged.get("misfire_policy", MisfirePolicy.FIRE_ONCE), MisfirePolicy
         ),
         misfire_grace_s=_number("misfire_grace_s", merged.get("misfire_grace_s", 60.0), low=0, high=MAX_BACKOFF_S),
+        overrun_policy=_choice(
+            "overrun_policy", merged.get("overrun_policy", OverrunPolicy.SKIP), OverrunPolicy
+        ),
         recovery_policy=_choice(
             "recovery_policy", merged.get("recovery_policy", RecoveryPolicy.RERUN), RecoveryPolicy
         ),

@@ -26,6 +26,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "retry_max_backoff_s": spec.retry_max_backoff_s,
         "misfire_policy": spec.misfire_policy.value,
         "misfire_grace_s": spec.misfire_grace_s,
+        "overrun_policy": spec.overrun_policy.value,
         "recovery_policy": spec.recovery_policy.value,
         "priority": spec.priority,
         "tags": list(spec.tags),

@@ -70,6 +70,13 @@ class MisfirePolicy(StrEnum):
     SKIP = "skip"  # record them all as missed and wait for the next slot
 
 
+class OverrunPolicy(StrEnum):
+    """What to do with the slots that came due while the job's own run was running."""
+
+    SKIP = "skip"  # record them missed; the job goes on at its next slot after the run
+    CATCH_UP = "catch_up"  # leave them to the misfire policy: those within the grace run late
+
+
 class RecoveryPolicy(StrEnum):
     """What to do with a run whose node died while it executed."""
 

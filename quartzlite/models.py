@@ -6,7 +6,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, Role, RunStatus, TargetKind
+from quartzlite.enums import (
+    JobState,
+    MisfirePolicy,
+    OverrunPolicy,
+    RecoveryPolicy,
+    Role,
+    RunStatus,
+    TargetKind,
+)
 
 T = TypeVar("T")
 
@@ -31,6 +39,9 @@ class JobSpec:
     retry_max_backoff_s: float = 300.0
     misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
     misfire_grace_s: float = 60.0
+    #: New jobs skip the slots that came due while their own run ran (rows stored before
+    #: the field existed were migrated to ``catch_up``, the behaviour they had).
+    overrun_policy: OverrunPolicy = OverrunPolicy.SKIP
     recovery_policy: RecoveryPolicy = RecoveryPolicy.RERUN
     priority: int = 0
     tags: tuple[str, ...] = ()

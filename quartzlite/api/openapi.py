@@ -16,7 +16,7 @@ from quartzlite.client import (
     MAX_PAGE,
     MAX_TIMEOUT_S,
 )
-from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
+from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
 from quartzlite.validation import MAX_TAGS, NAME_PATTERN, TAG_PATTERN
 
 from .auth import public
@@ -72,6 +72,12 @@ JOB_FIELDS: dict[str, Schema] = {
     },
     "misfire_policy": {"type": "string", "enum": _values(MisfirePolicy), "default": "fire_once"},
     "misfire_grace_s": {"type": "number", "minimum": 0, "maximum": MAX_BACKOFF_S, "default": 60.0},
+    "overrun_policy": {
+        "type": "string", "enum": _values(OverrunPolicy), "default": "skip",
+        "description": "the slots that came due while the job's own run ran: recorded missed, "
+                       "the job goes on at its next slot (skip), or left to the misfire policy "
+                       "(catch_up)",
+    },
     "recovery_policy": {"type": "string", "enum": _values(RecoveryPolicy), "default": "rerun"},
     "priority": {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0},
     "tags": {
@@ -151,6 +157,7 @@ SCHEMAS: dict[str, Schema] = {
         "retry_max_backoff_s": {"type": "number"},
         "misfire_policy": JOB_FIELDS["misfire_policy"],
         "misfire_grace_s": {"type": "number"},
+        "overrun_policy": JOB_FIELDS["overrun_policy"],
         "recovery_policy": JOB_FIELDS["recovery_policy"],
         "priority": {"type": "integer"},
         "tags": {"type": "array", "items": {"type": "string"}},

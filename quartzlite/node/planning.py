@@ -1,5 +1,5 @@
-"""The node's scheduling decisions: misfire, next slot after a run, retries with
-backoff and jitter, recovery of abandoned runs. Pure: each takes ``now``."""
+"""The node's scheduling decisions: misfire, next slot after a run (and its overrun),
+retries with backoff and jitter, recovery of abandoned runs. Pure: each takes ``now``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from quartzlite import schedule as schedules
-from quartzlite.enums import MisfirePolicy, RecoveryPolicy, RunStatus
+from quartzlite.enums import MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
 from quartzlite.models import Finished, JobSpec, Reschedule
 
 #: How many times a slot is rerun after its node died, beyond its retry attempts.
@@ -35,21 +35,33 @@ class SchedulePlanner:
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
 
-    def _next(self, spec: JobSpec, after: datetime, now: datetime, reason: str) -> Reschedule:
+    def _next(
+        self, spec: JobSpec, after: datetime, now: datetime, reason: str,
+        overrun: OverrunPolicy = OverrunPolicy.CATCH_UP,
+    ) -> Reschedule:
+        """The next slot after ``after``. ``overrun`` is the job's overrun policy when
+        the job's own run held it until ``now`` (after a run); every other way here
+        (a lost node, a refused duplicate, a misfire) leaves the slots that passed to
+        the misfire policy."""
         plan = schedules.plan_next(
             parsed(spec.schedule, spec.timezone),
             after=after,
             now=now,
             policy=spec.misfire_policy,
             grace_s=spec.misfire_grace_s,
+            overrun=overrun,
         )
+        if overrun is OverrunPolicy.SKIP:
+            missed_reason = f"overrun: {reason}; overrun policy {overrun.value}"
+        else:
+            missed_reason = f"{reason}; misfire policy {spec.misfire_policy.value}"
         return Reschedule(
             planned_at=plan.next_fire_at,
             slot_at=plan.next_fire_at,
             attempt=1,
             missed=tuple(plan.missed),
             missed_more=plan.missed_more,
-            missed_reason=f"{reason}; misfire policy {spec.misfire_policy.value}",
+            missed_reason=missed_reason,
         )
 
     def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
@@ -90,6 +102,20 @@ class SchedulePlanner:
                 slot_at=prepared.slot_at,
                 attempt=prepared.attempt + 1,
             )
+        # The slots that came due while this run ran, from its start until it ended,
+        # follow the overrun policy: skipped, or caught up. Slots due before it started
+        # (the job was behind: a late start) or since it ended (a result recorded late,
+        # say after a database outage) are late, not overrun: the misfire policy has
+        # them, and a late start leaves them all to it (no run claims an overrun of a
+        # slot that came due before it began).
+        if spec.overrun_policy is OverrunPolicy.SKIP and finished.started_at is not None:
+            began = max(prepared.slot_at, finished.started_at)
+            following = parsed(spec.schedule, spec.timezone).next_after(prepared.slot_at)
+            if following is None or following > began:
+                return self._next(
+                    spec, prepared.slot_at, max(began, min(finished.ended_at, now)),
+                    "came due while the previous run ran", overrun=OverrunPolicy.SKIP,
+                )
         return self._next(spec, prepared.slot_at, now, "came due while the previous run ran")
 
     def recover(

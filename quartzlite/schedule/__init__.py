@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, NoReturn
 from zoneinfo import ZoneInfo
 
-from quartzlite.enums import MisfirePolicy
+from quartzlite.enums import MisfirePolicy, OverrunPolicy
 from quartzlite.errors import ValidationError
 from quartzlite.schedule.cron import (
     _parse_cron,
@@ -361,6 +361,7 @@ def plan_next(
     policy: MisfirePolicy,
     grace_s: float,
     max_missed: int = 100,
+    overrun: OverrunPolicy = OverrunPolicy.CATCH_UP,
 ) -> FirePlan:
     """Decide the next fire after the slot ``after`` given the current instant ``now``.
 
@@ -372,16 +373,25 @@ def plan_next(
     * ``SKIP``: all misfired slots are missed; ``next_fire_at`` is the first slot after
       ``now - grace_s``.
 
+    ``overrun``, for the slot after a run that ended at ``now`` (the job's own run held
+    it): ``CATCH_UP`` (the default) is the above. ``SKIP`` leaves the misfire policy and
+    grace out: every slot ``s`` with ``after < s <= now`` came due while the run ran and
+    is missed, and ``next_fire_at`` is the job's next slot strictly after ``now`` (for
+    ``@every``: on the sequence ``after + k * period``, not ``now`` plus a period).
+
     At most ``max_missed`` missed slots (the oldest) are materialised; ``missed_more`` counts
     the rest exactly: arithmetically for ``@every`` and, for cron, per matching day from the
     time-of-day product (slots are walked one by one only within a few hours of a DST
     transition, capped at 1,000,000 per call, i.e. never reached in practice).
     """
     policy = MisfirePolicy(policy)
+    overrun = OverrunPolicy(overrun)
     if grace_s < 0:
         raise ValueError("grace_s must be >= 0")
     if max_missed < 0:
         raise ValueError("max_missed must be >= 0")
+    if overrun is OverrunPolicy.SKIP:
+        grace_s = 0.0  # every slot the run overran is skipped, however recent
     start = _as_utc(after, "after")
     threshold = _as_utc(now, "now") - timedelta(seconds=grace_s)
     timing = schedule._timing
@@ -391,11 +401,18 @@ def plan_next(
         return FirePlan(next_fire_at=first, missed=[], missed_more=0)
 
     total = max(1, timing.count(start, threshold))
-    if policy is MisfirePolicy.FIRE_ONCE:
+    if overrun is OverrunPolicy.SKIP:
+        # Back on the job's own sequence of slots: the one after the last overrun slot
+        # (for ``@every``, ``after`` plus a whole number of periods).
+        latest = timing.latest(start, threshold)
+        assert latest is not None
+        to_record = total
+        next_fire: datetime | None = timing.next_after(latest)
+    elif policy is MisfirePolicy.FIRE_ONCE:
         latest = timing.latest(start, threshold)
         assert latest is not None
         to_record = total - 1
-        next_fire: datetime | None = latest
+        next_fire = latest
     else:
         to_record = total
         next_fire = timing.next_after(threshold)

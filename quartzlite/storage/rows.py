@@ -9,7 +9,7 @@ from typing import Any
 
 from quartzlite.clock import utc
 from quartzlite.codec import spec_to_dict
-from quartzlite.enums import JobState, MisfirePolicy, RecoveryPolicy, RunStatus
+from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
 from quartzlite.models import Job, JobSpec, Run, Session
 
 #: A database row as SQLAlchemy hands it over (RowMapping), or any mapping like it.
@@ -57,6 +57,7 @@ def spec_from_row(row: Row) -> JobSpec:
         retry_max_backoff_s=row["retry_max_backoff_s"],
         misfire_policy=MisfirePolicy(row["misfire_policy"]),
         misfire_grace_s=row["misfire_grace_s"],
+        overrun_policy=OverrunPolicy(row["overrun_policy"]),
         recovery_policy=RecoveryPolicy(row["recovery_policy"]),
         priority=row["priority"],
         tags=split_tags(row["tags"]),

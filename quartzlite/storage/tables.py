@@ -110,6 +110,9 @@ jobs = Table(
     _instant("updated_at", nullable=False),
     # Why the scheduler quarantined (paused) the job; NULL when it did not.
     Column("error", Text, nullable=True),
+    # skip | catch_up: the slots that came due while the job's own run ran (added by
+    # 0005, hence last; rows stored before it got catch_up).
+    Column("overrun_policy", String(16), nullable=False),
     UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
     # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
     Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),

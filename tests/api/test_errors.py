@@ -34,6 +34,7 @@ pytestmark = pytest.mark.db
         ({"name": "a", "schedule": "@every 1m", "command": "x", "paused": "yes"}, "paused"),
         ({"name": "a", "schedule": "@every 1m", "command": "x", "tags": ["Bad Tag"]}, "tags"),
         ({"name": "a", "schedule": "@every 1m", "command": "x", "misfire_policy": "?"}, "misfire_policy"),
+        ({"name": "a", "schedule": "@every 1m", "command": "x", "overrun_policy": "?"}, "overrun_policy"),
         ({"name": "a", "schedule": "@every 1m", "command": "x", "colour": "red"}, "colour"),
     ],
 )

@@ -63,6 +63,41 @@ def test_patch_changes_some_fields_and_keeps_the_rest(api: Api) -> None:
     assert_error(api.patch("/api/v1/jobs/nope", json={"description": "x"}), 404, "not_found")
 
 
+def test_overrun_policy_is_created_read_back_changed_and_validated(api: Api) -> None:
+    created = api.post("/api/v1/jobs", json=job_body("ov", overrun_policy="catch_up"))
+    default = api.post("/api/v1/jobs", json=job_body("ov-default"))
+
+    assert created.status_code == 201
+    assert created.get_json()["overrun_policy"] == "catch_up"
+    assert api.get("/api/v1/jobs/ov").get_json()["overrun_policy"] == "catch_up"
+    assert default.get_json()["overrun_policy"] == "skip", "new jobs skip by default"
+    listed = {j["name"]: j["overrun_policy"] for j in api.get("/api/v1/jobs").get_json()["items"]}
+    assert listed == {"ov": "catch_up", "ov-default": "skip"}
+    patched = api.patch("/api/v1/jobs/ov", json={"overrun_policy": "skip"})
+    assert patched.status_code == 200
+    assert api.get("/api/v1/jobs/ov").get_json()["overrun_policy"] == "skip"
+
+    for bad in ("sometimes", "fire_once", 1, None):
+        error = assert_error(
+            api.post("/api/v1/jobs", json=job_body("ov-bad", overrun_policy=bad)),
+            400, "validation_error", "overrun_policy",
+        )
+        assert "skip, catch_up" in error["details"]["reason"]
+        assert_error(api.patch("/api/v1/jobs/ov", json={"overrun_policy": bad}),
+                     400, "validation_error", "overrun_policy")
+    assert_error(api.get("/api/v1/jobs/ov-bad"), 404, "not_found")
+    assert api.get("/api/v1/jobs/ov").get_json()["overrun_policy"] == "skip"
+
+
+def test_the_openapi_document_describes_the_overrun_policy(api: Api) -> None:
+    schemas = api.get("/api/v1/openapi.json").get_json()["components"]["schemas"]
+
+    field = schemas["JobInput"]["properties"]["overrun_policy"]
+    assert (field["enum"], field["default"]) == (["skip", "catch_up"], "skip")
+    assert schemas["Job"]["properties"]["overrun_policy"]["enum"] == ["skip", "catch_up"]
+    assert "overrun_policy" in schemas["Job"]["required"]
+
+
 def test_get_shows_definition_state_upcoming_owner_and_last_run(api: Api, rows: Rows) -> None:
     api.post("/api/v1/jobs", json=job_body("shown", schedule="@every 1h"))
     job_id = rows.job_id("shown")

@@ -214,6 +214,27 @@ def test_job_update_changes_some_fields(db_url: str) -> None:
     assert line == "Error: options: give at least one field to change"
 
 
+def test_job_overrun_policy_option_on_add_and_update_shown_by_job_show(db_url: str) -> None:
+    add(db_url, "skips")
+    add(db_url, "catches-up", "--overrun-policy", "catch_up")
+
+    def shown(name: str) -> str:
+        lines = ok(db_url, "job", "show", name).splitlines()
+        return next(line.partition(": ")[2] for line in lines if line.strip().startswith("overrun_policy:"))
+
+    assert (shown("skips"), shown("catches-up")) == ("skip", "catch_up")
+    assert json.loads(ok(db_url, "job", "show", "catches-up", "--json"))["overrun_policy"] == "catch_up"
+    data = json.loads(ok(db_url, "job", "update", "catches-up", "--overrun-policy", "skip", "--json"))
+    assert data["overrun_policy"] == "skip"
+    assert shown("catches-up") == "skip"
+    result = cli(db_url, "job", "add", "x", "--schedule", "@every 1h", "--command", "true",
+                 "--overrun-policy", "fire_once")
+    assert result.exit_code == 2
+    assert "--overrun-policy" in result.stderr
+    assert "'skip'" in result.stderr
+    assert "'catch_up'" in result.stderr
+
+
 # -- job list / show -------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from quartzlite.client import SchedulerClient
-from quartzlite.enums import JobState, RunStatus, TargetKind
+from quartzlite.enums import JobState, OverrunPolicy, RunStatus, TargetKind
 from quartzlite.errors import Conflict, NotFound, ValidationError
 from quartzlite.models import JobSpec
 from tests.integration.dbtools import (
@@ -90,6 +90,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
      "must be one of fire_once, skip"),
     ("bad-recovery-policy", job(recovery_policy="retry"), "recovery_policy",
      "must be one of rerun, skip"),
+    ("bad-overrun-policy", job(overrun_policy="sometimes"), "overrun_policy",
+     "must be one of skip, catch_up"),
+    ("overrun-policy-not-string", job(overrun_policy=1), "overrun_policy",
+     "must be one of skip, catch_up"),
+    # the misfire policy's values are not the overrun policy's
+    ("overrun-policy-fire-once", job(overrun_policy="fire_once"), "overrun_policy",
+     "must be one of skip, catch_up"),
     ("description-too-long", job(description="d" * 1025), "description", "at most 1024"),
     ("at-in-the-past", job(schedule="@at 2001-01-01T00:00:00Z"), "schedule", "never fires"),
 ]
@@ -179,6 +186,7 @@ def test_add_job_stores_the_definition_and_plans_the_first_fire(
             retry_max_backoff_s=60,
             misfire_policy="skip",
             misfire_grace_s=5,
+            overrun_policy="catch_up",
             recovery_policy="skip",
             priority=7,
             tags=["gpu", "eu", "gpu"],
@@ -199,6 +207,8 @@ def test_add_job_stores_the_definition_and_plans_the_first_fire(
     assert client.get_job("nightly") == created
     (row,) = job_rows(db_url)
     assert (row["name"], row["active_name"], row["tags"]) == ("nightly", "nightly", "eu,gpu")
+    assert created.spec.overrun_policy is OverrunPolicy.CATCH_UP
+    assert row["overrun_policy"] == "catch_up"
 
 
 def test_add_job_accepts_a_jobspec(client: SchedulerClient) -> None:
@@ -286,6 +296,33 @@ def test_update_job_changes_only_what_it_is_given(client: SchedulerClient) -> No
     for name in ("schedule", "command", "description", "tags", "priority", "max_attempts"):
         assert getattr(updated.spec, name) == getattr(created.spec, name), name
     assert updated.next_fire_at == created.next_fire_at
+
+
+def test_the_overrun_policy_defaults_to_skip_for_new_jobs_and_round_trips(
+    client: SchedulerClient, db_url: str
+) -> None:
+    created = client.add_job(job())
+    assert created.spec.overrun_policy is OverrunPolicy.SKIP
+    assert job_rows(db_url)[0]["overrun_policy"] == "skip"
+
+    updated = client.update_job("nightly", {"overrun_policy": "catch_up"})
+
+    assert updated.spec.overrun_policy is OverrunPolicy.CATCH_UP
+    assert client.get_job("nightly").spec.overrun_policy is OverrunPolicy.CATCH_UP
+    assert job_rows(db_url)[0]["overrun_policy"] == "catch_up"
+    # A partial change keeps it; the same definition published again is no change.
+    kept = client.update_job("nightly", {"description": "kept"})
+    assert kept.spec.overrun_policy is OverrunPolicy.CATCH_UP
+    _, changed = client.put_job(job(description="kept", overrun_policy="catch_up"))
+    assert changed is False
+    # A whole definition without it is the new default again.
+    replaced, changed = client.put_job(job(description="kept"))
+    assert changed is True
+    assert replaced.spec.overrun_policy is OverrunPolicy.SKIP
+    # A JobSpec carries it too.
+    spec = JobSpec(name="typed", schedule="@every 1m", command="true",
+                   overrun_policy=OverrunPolicy.CATCH_UP)
+    assert client.add_job(spec).spec == spec
 
 
 def test_update_job_switches_between_command_and_callable(client: SchedulerClient) -> None:

@@ -10,10 +10,12 @@ from datetime import timedelta
 import pytest
 
 from quartzlite.client import SchedulerClient
-from quartzlite.enums import JobState
+from quartzlite.enums import JobState, OverrunPolicy, RunStatus
+from quartzlite.models import Finished, Outcome
 from quartzlite.node.planning import SchedulePlanner
 from quartzlite.storage.engine import Database
-from quartzlite.storage.node import NodeStore
+from quartzlite.storage.node import NodeStore, SpecCache
+from tests.integration.dbtools import job_rows, naive, set_job
 
 pytestmark = pytest.mark.db
 
@@ -79,3 +81,55 @@ def test_runs_are_fired_ahead_and_checked_at_their_instant(
     odd = replace(by_name["late"], fire_id="it's 100%\\ odd")
     check = store.start_check(SESSION, [odd, by_name["on-time"]])
     assert check.stopped == {odd.job_id: "moved"}
+
+
+def test_the_overrun_policy_goes_from_the_job_row_to_the_result_of_a_run_that_overran(
+    client: SchedulerClient, store: NodeStore, db_url: str
+) -> None:
+    """Every-second jobs whose run of a slot 3.5 s ago is recorded now: by default (skip)
+    the slots that came due meanwhile are recorded missed, saying overrun, and the job
+    goes on at its next slot after now; with catch_up the next slot is the one after the
+    run's (late, within the misfire grace), and nothing is missed."""
+    client.add_jobs([
+        {"name": "skips", "schedule": "@every 1s", "command": "true"},
+        {"name": "catches-up", "schedule": "@every 1s", "command": "true",
+         "overrun_policy": "catch_up"},
+    ])
+    stored = {row["name"]: row["overrun_policy"] for row in job_rows(db_url)}
+    assert stored == {"skips": "skip", "catches-up": "catch_up"}
+    slot = client.now() - timedelta(seconds=3.5)
+    for name in stored:
+        set_job(db_url, name, next_fire_at=naive(slot), next_slot_at=naive(slot))
+    planner = SchedulePlanner()
+    scan = store.prepare_due(session_id=SESSION, fire_prefix=f"{SESSION}:1:", limit=100,
+                             tag_sets=[""], look_ahead_s=60, planner=planner)
+    assert {p.name: p.spec.overrun_policy for p in scan.prepared} == {
+        "skips": OverrunPolicy.SKIP, "catches-up": OverrunPolicy.CATCH_UP,
+    }
+    fired, lost = store.fire(session_id=SESSION, items=scan.prepared, planner=planner, ahead_s=60)
+    assert (len(fired), lost) == (2, [])
+    store.specs = SpecCache()  # the result reads the definitions from the rows again
+    before = client.now()
+    store.complete(session_id=SESSION, planner=planner, finished=[
+        Finished(fired=f, outcome=Outcome(status=RunStatus.SUCCEEDED), ended_at=before,
+                 started_at=slot)
+        for f in fired
+    ])
+
+    skips = client.get_job("skips")
+    assert skips.state is JobState.IDLE
+    assert skips.next_fire_at is not None
+    assert skips.next_fire_at > before, "the next slot after the result, not a passed one"
+    periods = round((skips.next_fire_at - slot).total_seconds())
+    assert periods >= 4
+    assert skips.next_fire_at == slot + timedelta(seconds=periods), "on the job's own slots"
+    missed = sorted(client.list_runs(job="skips", status="missed").items, key=lambda r: r.slot_at)
+    assert [r.slot_at for r in missed] == [slot + timedelta(seconds=i) for i in range(1, periods)]
+    for run in missed:
+        assert run.error is not None
+        assert run.error.startswith("overrun: came due while the previous run ran")
+        assert "overrun policy skip" in run.error
+
+    catches_up = client.get_job("catches-up")
+    assert catches_up.next_fire_at == slot + timedelta(seconds=1)
+    assert client.list_runs(job="catches-up", status="missed").items == []

@@ -167,6 +167,52 @@ def test_every_migration_downgrades_and_upgrades_one_step_at_a_time(
         assert snapshot_diff(snapshots[rev], snapshot(url, exclude=only_ours), (rev, "now")) == ""
 
 
+def test_0005_gives_stored_jobs_catch_up_and_new_jobs_skip(new_database: NewDatabase) -> None:
+    """Jobs stored before the overrun policy existed keep catching up (the behaviour they
+    had); jobs created afterwards skip by default; the column keeps no server default."""
+    from quartzlite.client import SchedulerClient
+    from quartzlite.enums import OverrunPolicy
+
+    url = new_database()
+    migrate.upgrade(url, "0004")
+    execute(
+        url,
+        "INSERT INTO ql_jobs (name, active_name, schedule, timezone, target_kind, command, "
+        "kwargs, max_attempts, retry_backoff_s, retry_max_backoff_s, misfire_policy, "
+        "misfire_grace_s, recovery_policy, state, next_fire_at, created_at, updated_at) "
+        "VALUES ('old', 'old', '@every 1s', 'UTC', 'shell', 'sleep 2.5', '{}', 1, 1, 300, "
+        "'fire_once', 60, 'rerun', 'idle', NOW(6), NOW(6), NOW(6))",
+    )
+
+    migrate.upgrade(url, "0005")
+
+    assert query(url, "SELECT name, overrun_policy FROM ql_jobs") == [("old", "catch_up")]
+    assert query(
+        url,
+        "SELECT COLUMN_DEFAULT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND TABLE_NAME = 'ql_jobs' AND COLUMN_NAME = 'overrun_policy'",
+    ) in ([(None,)], [("NULL",)])
+    client = SchedulerClient(url)
+    try:
+        assert client.get_job("old").spec.overrun_policy is OverrunPolicy.CATCH_UP
+        new = client.add_job({"name": "new", "schedule": "@every 1s", "command": "true"})
+        assert new.spec.overrun_policy is OverrunPolicy.SKIP
+        assert client.get_job("new").spec.overrun_policy is OverrunPolicy.SKIP
+    finally:
+        client.close()
+
+    migrate.downgrade(url, "0004")
+
+    assert query(url, "SELECT name FROM ql_jobs ORDER BY id") == [("old",), ("new",)]
+    assert "overrun_policy" not in {
+        row[0] for row in query(
+            url,
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = 'ql_jobs'",
+        )
+    }
+
+
 def test_upgrade_inserts_the_lock_rows_and_check_ready_accepts_it(
     new_database: NewDatabase,
 ) -> None:

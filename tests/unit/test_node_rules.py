@@ -13,6 +13,7 @@ from quartzlite.enums import (
     RUN_TRANSITIONS,
     JobState,
     MisfirePolicy,
+    OverrunPolicy,
     RecoveryPolicy,
     RunStatus,
 )
@@ -115,11 +116,13 @@ def test_histogram_is_cumulative() -> None:
 # -- planning -------------------------------------------------------------------------------
 
 
-def finished(job: JobSpec, status: RunStatus, *, slot: datetime = T0, attempt: int = 1) -> Finished:
+def finished(job: JobSpec, status: RunStatus, *, slot: datetime = T0, attempt: int = 1,
+             ended_at: datetime | None = None) -> Finished:
     prepared = Prepared(job_id=1, name=job.name, fire_id="s:1:1", planned_at=slot, slot_at=slot,
                         attempt=attempt, spec=job)
     fired = Fired(prepared=prepared, run_id=7, fired_at=slot)
-    return Finished(fired=fired, outcome=Outcome(status=status), ended_at=slot, started_at=slot)
+    return Finished(fired=fired, outcome=Outcome(status=status), ended_at=ended_at or slot,
+                    started_at=slot)
 
 
 def test_backoff_is_exponential_capped_and_jittered() -> None:
@@ -148,20 +151,155 @@ def test_the_last_attempt_or_a_kill_moves_on_to_the_next_slot() -> None:
         assert (plan.planned_at, plan.attempt, plan.missed) == (T0 + timedelta(seconds=1), 1, ())
 
 
-def test_slots_passed_during_a_long_run_follow_the_misfire_policy() -> None:
+def test_slots_passed_during_a_long_run_follow_the_misfire_policy_when_caught_up() -> None:
     planner = SchedulePlanner()
     now = T0 + timedelta(seconds=10.5)
-    once = spec(misfire_grace_s=2.0, misfire_policy=MisfirePolicy.FIRE_ONCE)
+    catch_up = OverrunPolicy.CATCH_UP
+    once = spec(misfire_grace_s=2.0, misfire_policy=MisfirePolicy.FIRE_ONCE, overrun_policy=catch_up)
     plan = planner.after_run(once, finished(once, RunStatus.SUCCEEDED), now)
     # Slots 1..8 are later than the grace: 8 runs now, 1..7 are missed; 9, 10 are late
     # but within the grace, and come next anyway.
     assert plan.planned_at == T0 + timedelta(seconds=8)
     assert plan.missed == tuple(T0 + timedelta(seconds=i) for i in range(1, 8))
-    skip = spec(misfire_grace_s=2.0, misfire_policy=MisfirePolicy.SKIP)
+    skip = spec(misfire_grace_s=2.0, misfire_policy=MisfirePolicy.SKIP, overrun_policy=catch_up)
     plan = planner.after_run(skip, finished(skip, RunStatus.SUCCEEDED), now)
     assert plan.planned_at == T0 + timedelta(seconds=9)
     assert plan.missed == tuple(T0 + timedelta(seconds=i) for i in range(1, 9))
     assert "misfire policy skip" in plan.missed_reason
+
+
+EVERY_SECOND = "@every 1s"
+
+
+def test_new_jobs_skip_the_slots_their_own_run_overran() -> None:
+    assert JobSpec(name="j", schedule=EVERY_SECOND, command="true").overrun_policy is OverrunPolicy.SKIP
+
+
+def test_an_overrun_under_skip_records_the_ticks_that_came_due_missed_and_goes_on_after_now() -> None:
+    """An every-second run of slot T that ends at T+2.5 s: T+1 and T+2 came due while it
+    ran; they are missed (the reason says overrun) and the job goes on at T+3, not at
+    T+1, T+2, T+3 back to back."""
+    planner = SchedulePlanner()
+    now = T0 + timedelta(seconds=2.5)
+    job = spec(schedule=EVERY_SECOND, overrun_policy=OverrunPolicy.SKIP)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=now), now)
+    assert (plan.planned_at, plan.slot_at, plan.attempt) == (T0 + timedelta(seconds=3),) * 2 + (1,)
+    assert plan.missed == (T0 + timedelta(seconds=1), T0 + timedelta(seconds=2))
+    assert plan.missed_more == 0
+    assert plan.missed_reason.startswith("overrun: ")
+    assert "came due while the previous run ran" in plan.missed_reason
+    assert "overrun policy skip" in plan.missed_reason
+
+
+def test_an_overrun_ends_when_the_run_ended_not_when_its_result_is_recorded() -> None:
+    """A run of slot T that ended at T+0.5 s, recorded at T+2.5 s (a database outage
+    held its result): it overran nothing; T+1 and T+2 are late, not overrun, and the
+    misfire policy has them (within the grace: run, late)."""
+    planner = SchedulePlanner()
+    job = spec(schedule=EVERY_SECOND, overrun_policy=OverrunPolicy.SKIP)
+    ended = T0 + timedelta(seconds=0.5)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=ended),
+                             T0 + timedelta(seconds=2.5))
+    assert (plan.planned_at, plan.missed) == (T0 + timedelta(seconds=1), ())
+    # Ended at T+1.5: T+1 came due while it ran (missed, overrun); T+2 is next, late.
+    ended = T0 + timedelta(seconds=1.5)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=ended),
+                             T0 + timedelta(seconds=2.5))
+    assert (plan.planned_at, plan.missed) == (T0 + timedelta(seconds=2), (T0 + timedelta(seconds=1),))
+
+
+def test_a_run_that_started_late_claims_no_overrun() -> None:
+    """The job was behind: its run of slot T started at T+1.5 s and ended at T+3.5 s.
+    T+1 came due before it began: late, not overrun; the misfire policy has every slot
+    (no missed row may say a slot came due while a run ran when it did not)."""
+    planner = SchedulePlanner()
+    job = spec(schedule=EVERY_SECOND, overrun_policy=OverrunPolicy.SKIP)
+    prepared = finished(job, RunStatus.SUCCEEDED).fired.prepared
+    late = Finished(fired=Fired(prepared=prepared, run_id=7, fired_at=T0),
+                    outcome=Outcome(status=RunStatus.SUCCEEDED),
+                    started_at=T0 + timedelta(seconds=1.5), ended_at=T0 + timedelta(seconds=3.5))
+    plan = planner.after_run(job, late, T0 + timedelta(seconds=3.6))
+    assert (plan.planned_at, plan.missed) == (T0 + timedelta(seconds=1), ())
+
+
+@pytest.mark.parametrize(
+    ("schedule", "period"), [("* * * * * ?", 1), ("0 * * * * ?", 60), ("*/2 * * * *", 120)]
+)
+def test_an_overrun_of_a_cron_job_under_skip_goes_on_at_its_next_slot_after_now(
+    schedule: str, period: int
+) -> None:
+    planner = SchedulePlanner()
+    now = T0 + timedelta(seconds=2.5 * period)
+    job = spec(schedule=schedule)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=now), now)
+    assert plan.planned_at == T0 + timedelta(seconds=3 * period)
+    assert plan.missed == (T0 + timedelta(seconds=period), T0 + timedelta(seconds=2 * period))
+
+
+def test_an_overrun_under_catch_up_runs_the_next_tick_late() -> None:
+    planner = SchedulePlanner()
+    now = T0 + timedelta(seconds=2.5)
+    job = spec(schedule=EVERY_SECOND, overrun_policy=OverrunPolicy.CATCH_UP)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=now), now)
+    assert (plan.planned_at, plan.slot_at, plan.attempt) == (T0 + timedelta(seconds=1),) * 2 + (1,)
+    assert plan.missed == ()
+
+
+@pytest.mark.parametrize("policy", list(OverrunPolicy))
+def test_a_run_within_its_period_is_no_overrun(policy: OverrunPolicy) -> None:
+    planner = SchedulePlanner()
+    job = spec(schedule=EVERY_SECOND, overrun_policy=policy)
+    now = T0 + timedelta(seconds=0.5)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=now), now)
+    assert (plan.planned_at, plan.missed) == (T0 + timedelta(seconds=1), ())
+    # A tick that came due exactly at now came due while the run ran: skipped.
+    now = T0 + timedelta(seconds=1)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=now), now)
+    if policy is OverrunPolicy.SKIP:
+        assert (plan.planned_at, plan.missed) == (T0 + timedelta(seconds=2), (now,))
+    else:
+        assert (plan.planned_at, plan.missed) == (now, ())
+
+
+def test_an_overrun_under_skip_overrides_the_misfire_policy_and_grace() -> None:
+    """Whatever the misfire policy, the ticks a run overran are all skipped, those
+    beyond the grace included (the misfire policy would run the latest of them)."""
+    planner = SchedulePlanner()
+    now = T0 + timedelta(seconds=10.5)
+    for misfire in MisfirePolicy:
+        job = spec(schedule=EVERY_SECOND, misfire_policy=misfire, misfire_grace_s=2.0)
+        for status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.KILLED):
+            plan = planner.after_run(job, finished(job, status, ended_at=now), now)
+            assert plan.planned_at == T0 + timedelta(seconds=11), (misfire, status)
+            assert plan.missed == tuple(T0 + timedelta(seconds=i) for i in range(1, 11))
+            assert "overrun policy skip" in plan.missed_reason
+
+
+def test_an_overrun_under_skip_lists_at_most_100_missed_ticks_and_counts_the_rest() -> None:
+    planner = SchedulePlanner()
+    now = T0 + timedelta(seconds=250.5)
+    job = spec(schedule=EVERY_SECOND)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=now), now)
+    assert plan.planned_at == T0 + timedelta(seconds=251)
+    assert len(plan.missed) == 100
+    assert plan.missed[0] == T0 + timedelta(seconds=1)
+    assert plan.missed_more == 150
+
+
+def test_retries_recovery_and_refused_duplicates_ignore_the_overrun_policy() -> None:
+    """Only the next slot after a run follows the overrun policy: a retry stays on its
+    slot, and a lost node or a refused duplicate leave the passed slots to the misfire
+    policy (within the grace: caught up, nothing missed)."""
+    planner = SchedulePlanner(random.Random(3))
+    now = T0 + timedelta(seconds=2.5)
+    job = spec(schedule=EVERY_SECOND, overrun_policy=OverrunPolicy.SKIP, max_attempts=2,
+               recovery_policy=RecoveryPolicy.SKIP)
+    retry = planner.after_run(job, finished(job, RunStatus.FAILED, ended_at=now), now)
+    assert (retry.slot_at, retry.attempt, retry.missed) == (T0, 2, ())
+    for plan in (planner.recover(job, T0, 1, now), planner.skip(job, T0, now)):
+        assert (plan.planned_at, plan.missed) == (T0 + timedelta(seconds=1), ())
+    lost = planner.after_run(job, finished(job, RunStatus.ABANDONED, ended_at=now), now)
+    assert (lost.planned_at, lost.missed) == (T0 + timedelta(seconds=1), ())
 
 
 def test_a_misfired_slot_found_by_the_scanner() -> None:

@@ -119,7 +119,7 @@ hostile_value = st.one_of(
 FIELDS = (
     "name", "schedule", "timezone", "command", "callable", "kwargs", "timeout_s", "max_attempts",
     "retry_backoff_s", "retry_max_backoff_s", "misfire_policy", "misfire_grace_s",
-    "recovery_policy", "priority", "tags", "description", "paused",
+    "overrun_policy", "recovery_policy", "priority", "tags", "description", "paused",
 )
 
 

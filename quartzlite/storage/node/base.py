@@ -48,7 +48,7 @@ class SpecCache:
     """Job definitions this node has read, by job id, each with the ``updated_at`` of the
     row it was read from. Every write that changes a definition (put, pause, resume,
     trigger, delete, quarantine) stamps ``updated_at`` under the job lock, so a row with
-    the same stamp holds the same definition and is not read again: parsing a job's 26
+    the same stamp holds the same definition and is not read again: parsing a job's 27
     definition columns on every prepare and every result was the largest part of the
     node's CPU per run. Bounded: the oldest entries go first. Shared by the node's
     stores; a dict read or write is atomic, so no lock."""
@@ -92,7 +92,8 @@ SPEC_COLUMNS = [
     jobs.c.id, jobs.c.name, jobs.c.schedule, jobs.c.timezone, jobs.c.target_kind,
     jobs.c.command, jobs.c.callable, jobs.c.kwargs, jobs.c.timeout_s, jobs.c.max_attempts,
     jobs.c.retry_backoff_s, jobs.c.retry_max_backoff_s, jobs.c.misfire_policy,
-    jobs.c.misfire_grace_s, jobs.c.recovery_policy, jobs.c.priority, jobs.c.tags,
+    jobs.c.misfire_grace_s, jobs.c.overrun_policy, jobs.c.recovery_policy, jobs.c.priority,
+    jobs.c.tags,
     jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
     jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
 ]
