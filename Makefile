@@ -71,11 +71,16 @@ test-faults: venv db tools
 # The API fuzz (not part of `make test`): schemathesis against a live server, its checks
 # (tests/api/test_openapi_schemathesis.py says which two are left out and why),
 # FUZZ_EXAMPLES examples per operation (`make test` runs 40), and the Hypothesis
-# properties of schedules and job fields with as many examples. Several minutes.
+# properties of schedules and job fields with as many examples, and the schedule engine
+# against its references (cronsim, the Quartz evaluator) with fresh random examples
+# (`make test` runs a fixed 2,000 each). Several minutes.
 FUZZ_EXAMPLES ?= 2000
+REFERENCE_EXAMPLES ?= 10000
 test-fuzz: venv db
 	QUARTZLITE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUARTZLITE_PROPERTY_EXAMPLES=$(FUZZ_EXAMPLES) \
-		$(PY) -m pytest -q tests/api/test_openapi_schemathesis.py tests/unit/test_properties.py
+	QUARTZLITE_REFERENCE_EXAMPLES=$(REFERENCE_EXAMPLES) \
+		$(PY) -m pytest -q tests/api/test_openapi_schemathesis.py tests/unit/test_properties.py \
+		tests/unit/test_schedule_reference.py
 
 .PHONY: stress-test
 # make test + make test-faults ROUNDS times in a row with every core kept busy by stress-ng.
