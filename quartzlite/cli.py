@@ -188,6 +188,13 @@ def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     opts = [
         click.option("--schedule", "-s", required=False, help="cron, Quartz cron, @every 90s, @at ISO"),
         click.option("--timezone", "-z", help="IANA timezone of the schedule (default UTC)"),
+        click.option("--start-at", metavar="INSTANT",
+                     help="no slot before this ISO-8601 instant (with an offset or Z)"),
+        click.option("--end-at", metavar="INSTANT",
+                     help="no slot after this ISO-8601 instant; then the job is finished"),
+        click.option("--max-runs", type=int, help="run at most this many slots, then finish"),
+        click.option("--jitter", "jitter_s", type=float,
+                     help="plan each slot up to this many seconds late (stable per slot)"),
         click.option("--command", "-c", help="shell command, run with bash -c"),
         click.option("--callable", "callable_", metavar="MODULE:FUNC", help="Python callable"),
         click.option("--kwargs", metavar="JSON", help="JSON object of keyword arguments"),
@@ -234,11 +241,16 @@ def _spec_data(name: str | None, options: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _state(job: Job) -> str:
+    """The state shown: the job's state, or ``finished`` (idle with no next fire)."""
+    return "finished" if job.finished else job.state.value
+
+
 def _print_job(job: Job, as_json: bool, message: str) -> None:
     if as_json:
         _echo_json(codec.job_to_dict(job))
     else:
-        click.echo(f"{message}: {job.name} (state {job.state.value}, "
+        click.echo(f"{message}: {job.name} (state {_state(job)}, "
                    f"{'paused, ' if job.spec.paused else ''}next fire {_when(job.next_fire_at)})")
 
 
@@ -315,7 +327,7 @@ def job_list(ctx: click.Context, /, as_json: bool, **filters: Any) -> None:
         _table(
             ["name", "schedule", "tz", "state", "paused", "next fire", "owner"],
             [
-                [j.name, j.spec.schedule, j.spec.timezone, j.state.value,
+                [j.name, j.spec.schedule, j.spec.timezone, _state(j),
                  "yes" if j.spec.paused else "no", _when(j.next_fire_at), j.owner_session or "-"]
                 for j in page.items
             ],
@@ -341,6 +353,8 @@ def job_show(ctx: click.Context, /, name: str, as_json: bool) -> None:
     for key, value in data.items():
         if key in ("upcoming", "last_run"):
             continue
+        if key == "state":
+            value = _state(view.job)
         if isinstance(value, list):  # tags: a,b (not a Python repr)
             value = ",".join(map(str, value)) or None
         elif isinstance(value, dict):  # kwargs: as JSON

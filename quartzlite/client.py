@@ -25,7 +25,17 @@ from quartzlite.enums import (
     RunStatus,
 )
 from quartzlite.errors import AuthError, ValidationError
-from quartzlite.models import AuditEntry, Job, JobSpec, Page, Pruned, Run, Session, Token
+from quartzlite.models import (
+    AuditEntry,
+    Job,
+    JobSpec,
+    Page,
+    Pruned,
+    Reschedule,
+    Run,
+    Session,
+    Token,
+)
 from quartzlite.storage import migrate
 from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.engine import Database
@@ -46,6 +56,9 @@ MAX_ATTEMPTS = 100
 MAX_COMMAND_BYTES = 65_535
 MAX_KWARGS_BYTES = 65_535
 MAX_PAGE = 1000
+#: The largest ``max_runs`` (an INT column).
+MAX_RUNS = 2_147_483_647
+MAX_JITTER_S = schedules.MAX_JITTER_S
 
 E = TypeVar("E", MisfirePolicy, OverrunPolicy, RecoveryPolicy)
 
@@ -76,6 +89,29 @@ def _integer(field: str, value: object, *, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ValidationError(field, f"must be between {low} and {high}, got {value}")
     return value
+
+
+def _instant(field: str, value: object) -> datetime | None:
+    """An optional instant: an aware datetime, or an ISO-8601 string with a UTC offset
+    (``Z`` or ``+02:00``), within the supported range; as UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            if len(value) > 64:
+                raise ValueError(value)
+            found = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValidationError(
+                field, f"is not an ISO-8601 instant (e.g. 2026-01-31T12:00:00Z): {value[:60]!r}"
+            ) from None
+    elif isinstance(value, datetime):
+        found = value
+    else:
+        raise ValidationError(
+            field, f"must be an ISO-8601 instant such as 2026-01-31T12:00:00Z, not {type_name(value)}"
+        )
+    return schedules.check_instant(field, found)
 
 
 def _choice(field: str, value: object, enum: type[E]) -> E:
@@ -112,10 +148,23 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
     paused = merged.get("paused", False)
     if not isinstance(paused, bool):
         raise ValidationError("paused", f"must be a boolean, not {type_name(paused)}")
+    start_at = _instant("start_at", merged.get("start_at"))
+    end_at = _instant("end_at", merged.get("end_at"))
+    if start_at is not None and end_at is not None and end_at <= start_at:
+        raise ValidationError(
+            "end_at", f"must be after start_at ({start_at.isoformat()}), got {end_at.isoformat()}"
+        )
+    max_runs = merged.get("max_runs")
+    if max_runs is not None:
+        max_runs = _integer("max_runs", max_runs, low=1, high=MAX_RUNS)
     return JobSpec(
         name=name,
         schedule=parsed.expression,
         timezone=parsed.timezone,
+        start_at=start_at,
+        end_at=end_at,
+        max_runs=max_runs,
+        jitter_s=_number("jitter_s", merged.get("jitter_s", 0.0), low=0, high=MAX_JITTER_S),
         command=command,
         callable=target,
         kwargs=kwargs,
@@ -203,12 +252,40 @@ def _target(merged: Mapping[str, Any]) -> tuple[str | None, str | None, dict[str
     return command, target, kwargs
 
 
-def first_fire(spec: JobSpec, now: datetime) -> datetime | None:
-    """The first instant a new (or rescheduled) job fires: its next slot after now."""
-    planned_at = schedules.parse_schedule(spec.schedule, spec.timezone).next_after(now)
-    if planned_at is None:
+def first_fire(spec: JobSpec, now: datetime, runs_done: int = 0) -> Reschedule:
+    """Where a job created or rescheduled (its schedule or bounds changed) at ``now``
+    goes first: its first slot after now, at or after ``start_at`` (for ``@every``: on
+    ``start_at + k * period``), planned at the slot plus its jitter. A job that ran
+    ``max_runs`` slots (``runs_done``) has no next fire (it is finished); a definition
+    with no slot left (an ``@at`` in the past, an ``end_at`` before the next slot) is
+    refused, naming the field."""
+    return _first_fire(spec, now, runs_done, refuse_ended=True)
+
+
+def resumed_fire(spec: JobSpec, now: datetime, runs_done: int = 0) -> Reschedule:
+    """Where a job resumed at ``now`` goes first: as :func:`first_fire`, except that a
+    job whose schedule or bounds have no slot left is not refused: it is finished (the
+    operator changed nothing that could be wrong)."""
+    return _first_fire(spec, now, runs_done, refuse_ended=False)
+
+
+def _first_fire(spec: JobSpec, now: datetime, runs_done: int, *, refuse_ended: bool) -> Reschedule:
+    ended = Reschedule(planned_at=None, slot_at=None)
+    if spec.max_runs is not None and runs_done >= spec.max_runs:
+        return ended
+    schedule = schedules.parse_schedule(spec.schedule, spec.timezone)
+    slot = schedules.first_slot(schedule, now, start_at=spec.start_at)
+    if (slot is None or (spec.end_at is not None and slot > spec.end_at)) and not refuse_ended:
+        return ended
+    if slot is None:
         raise ValidationError("schedule", f"{spec.schedule!r} never fires after now ({now.isoformat()})")
-    return planned_at
+    if spec.end_at is not None and slot > spec.end_at:
+        raise ValidationError(
+            "end_at",
+            f"{spec.end_at.isoformat()} is before the job's next slot ({slot.isoformat()}): "
+            "it would never fire",
+        )
+    return Reschedule(planned_at=schedules.jittered(spec.name, slot, spec.jitter_s), slot_at=slot)
 
 
 def _limit(limit: int) -> int:
@@ -272,16 +349,17 @@ class SchedulerClient:
             positions[spec.name] = index
             specs.append(spec)
 
-        planned: dict[tuple[str, str, datetime], datetime | None] = {}
+        planned: dict[tuple[Any, ...], Reschedule] = {}
 
-        def plan(spec: JobSpec, now: datetime) -> datetime | None:
+        def plan(spec: JobSpec, now: datetime, runs_done: int = 0) -> Reschedule:
             # Planning happens inside the transaction (it needs the database's now);
-            # jobs sharing a schedule share the answer; an error there (an @at in the
-            # past) still names the item.
-            key = (spec.schedule, spec.timezone, now)
+            # jobs sharing a schedule and bounds share the answer (jitter depends on
+            # the name); an error there (an @at in the past) still names the item.
+            key = (spec.schedule, spec.timezone, spec.start_at, spec.end_at, spec.max_runs,
+                   spec.jitter_s, spec.name if spec.jitter_s else None, now, runs_done)
             if key not in planned:
                 try:
-                    planned[key] = first_fire(spec, now)
+                    planned[key] = first_fire(spec, now, runs_done)
                 except ValidationError as error:
                     index = positions[spec.name]
                     raise ValidationError(f"jobs[{index}].{error.field}", error.reason) from None
@@ -303,13 +381,24 @@ class SchedulerClient:
         return self.store.get(validate_name(name))
 
     def describe_job(self, name: str, *, upcoming: int = 5) -> JobView:
+        """The job, its last run and its next fire instants: the next fire, then the
+        planned instants (slot plus jitter) of the slots after it, within the job's
+        bounds and the runs it has left (``max_runs``)."""
         job, last_run = self.store.with_last_run(validate_name(name))
+        spec = job.spec
         times: list[datetime] = []
         if job.next_fire_at is not None and not job.deleted:
             times.append(job.next_fire_at)
+            count = upcoming - 1
+            if spec.max_runs is not None:  # the next fire's slot is one of the runs left
+                count = min(count, spec.max_runs - job.runs_done - 1)
             try:  # a row written by hand or by an older version may no longer parse
-                sched = schedules.parse_schedule(job.spec.schedule, job.spec.timezone)
-                times.extend(schedules.preview(sched, job.next_fire_at, upcoming - 1))
+                sched = schedules.parse_schedule(spec.schedule, spec.timezone)
+                slots = schedules.preview(
+                    sched, job.next_slot_at or job.next_fire_at, max(count, 0),
+                    start_at=spec.start_at, end_at=spec.end_at,
+                )
+                times.extend(schedules.jittered(spec.name, s, spec.jitter_s) for s in slots)
             except ValidationError:
                 pass
         return JobView(job=job, upcoming=times[:upcoming], last_run=last_run)
@@ -338,7 +427,8 @@ class SchedulerClient:
         return self.store.set_paused(validate_name(name), True, first_fire)
 
     def resume_job(self, name: str) -> Job:
-        return self.store.set_paused(validate_name(name), False, first_fire)
+        """Resume; a job whose schedule or bounds have no slot left is finished."""
+        return self.store.set_paused(validate_name(name), False, resumed_fire)
 
     def delete_job(self, name: str) -> Job:
         return self.store.delete(validate_name(name))
@@ -511,4 +601,4 @@ class SchedulerClient:
         return build_spec(data)
 
 
-__all__ = ["JobView", "SchedulerClient", "build_spec", "first_fire"]
+__all__ = ["MAX_JITTER_S", "MAX_RUNS", "JobView", "SchedulerClient", "build_spec", "first_fire"]

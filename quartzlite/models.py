@@ -30,6 +30,17 @@ class JobSpec:
     name: str
     schedule: str
     timezone: str = "UTC"
+    #: No slot before this instant fires (for ``@every``, the slots are ``start_at + k *
+    #: period``); None: from now.
+    start_at: datetime | None = None
+    #: No slot after this instant fires; once past it the job has no next fire.
+    end_at: datetime | None = None
+    #: The job runs at most this many slots (a slot's retries are the same run); None:
+    #: no limit. Counted in ``Job.runs_done``.
+    max_runs: int | None = None
+    #: Each slot's planned instant is the slot plus a stable offset in [0, jitter_s]
+    #: (:func:`quartzlite.schedule.jittered`).
+    jitter_s: float = 0.0
     command: str | None = None
     callable: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -74,10 +85,22 @@ class Job:
     last_ended_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    #: Slots the job has run to their end (see ``JobSpec.max_runs``); never reset.
+    runs_done: int = 0
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def finished(self) -> bool:
+        """Idle, not paused, not deleted, and no next fire: its schedule has no slot
+        left (a one-shot ``@at`` that fired), its ``end_at`` passed, or it ran
+        ``max_runs`` slots. Derived: the job's state stays ``idle``."""
+        return (
+            self.state is JobState.IDLE and not self.spec.paused and not self.deleted
+            and self.next_fire_at is None
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +178,9 @@ class Reschedule:
     missed: tuple[datetime, ...] = ()
     missed_more: int = 0
     missed_reason: str = ""
+    #: The slot the job leaves counts as one of its runs (``JobSpec.max_runs``): its
+    #: final outcome is recorded and the job moves on to a new slot (or to none).
+    counted: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

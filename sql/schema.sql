@@ -11,7 +11,7 @@
 -- then run this file in it (mysql quartzlite < sql/schema.sql). Every table states its
 -- engine and character set, so the database's defaults do not matter.
 --
--- The last statements record the schema revision (0005) in ql_alembic_version, so
+-- The last statements record the schema revision (0006) in ql_alembic_version, so
 -- that a later `quartzlite db upgrade` continues from here. The two rows of ql_locks are
 -- required: a node refuses to start without them.
 
@@ -74,6 +74,11 @@ CREATE TABLE ql_jobs (
     updated_at DATETIME(6) NOT NULL,
     error TEXT,
     overrun_policy VARCHAR(16) NOT NULL,
+    start_at DATETIME(6),
+    end_at DATETIME(6),
+    max_runs INTEGER,
+    jitter_s DOUBLE NOT NULL DEFAULT 0,
+    runs_done INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (id),
     CONSTRAINT uq_ql_jobs_active_name UNIQUE (active_name)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
@@ -141,6 +146,6 @@ CREATE TABLE ql_alembic_version (
     version_num VARCHAR(32) NOT NULL,
     CONSTRAINT ql_alembic_version_pkc PRIMARY KEY (version_num)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
-INSERT INTO ql_alembic_version (version_num) VALUES ('0005');
+INSERT INTO ql_alembic_version (version_num) VALUES ('0006');
 
 COMMIT;

@@ -13,7 +13,9 @@ from quartzlite.client import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
     MAX_COMMAND_BYTES,
+    MAX_JITTER_S,
     MAX_PAGE,
+    MAX_RUNS,
     MAX_TIMEOUT_S,
 )
 from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
@@ -55,6 +57,27 @@ JOB_FIELDS: dict[str, Schema] = {
         "examples": ["*/5 * * * *", "@every 90s"],
     },
     "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
+    "start_at": nullable({
+        **INSTANT,
+        "description": "no slot before this instant fires (ISO-8601 with an offset or Z); "
+                       "the first fire is the schedule's first slot at or after it (@every: "
+                       "start_at + k * period); null: from now",
+    }),
+    "end_at": nullable({
+        **INSTANT,
+        "description": "no slot after this instant fires (after start_at); once past it the "
+                       "job has no next fire and shows finished; null: no end",
+    }),
+    "max_runs": nullable({
+        "type": "integer", "minimum": 1, "maximum": MAX_RUNS,
+        "description": "the job runs at most this many slots (a slot's retries are one run), "
+                       "then shows finished; null: no limit",
+    }),
+    "jitter_s": {
+        "type": "number", "minimum": 0, "maximum": MAX_JITTER_S, "default": 0.0,
+        "description": "each slot's planned instant is the slot plus a stable offset in "
+                       "[0, jitter_s] (milliseconds), the same on every node",
+    },
     "command": nullable({
         "type": "string", "minLength": 1, "maxLength": MAX_COMMAND_BYTES,
         "description": "shell command run with bash -c (give this or callable)",
@@ -148,6 +171,10 @@ SCHEMAS: dict[str, Schema] = {
         "name": {"type": "string"},
         "schedule": {"type": "string"},
         "timezone": {"type": "string"},
+        "start_at": nullable(INSTANT),
+        "end_at": nullable(INSTANT),
+        "max_runs": nullable({"type": "integer"}),
+        "jitter_s": {"type": "number"},
         "command": nullable({"type": "string"}),
         "callable": nullable({"type": "string"}),
         "kwargs": {"type": "object"},
@@ -165,6 +192,16 @@ SCHEMAS: dict[str, Schema] = {
         "paused": {"type": "boolean"},
         "id": {"type": "integer"},
         "state": {"type": "string", "enum": _values(JobState)},
+        "finished": {
+            "type": "boolean",
+            "description": "idle, not paused and no next fire: its end_at passed, it ran "
+                           "max_runs slots, or its schedule has no slot left (an @at that "
+                           "fired); state stays idle",
+        },
+        "runs_done": {
+            "type": "integer",
+            "description": "slots the job has run (counted toward max_runs; never reset)",
+        },
         "deleted": {"type": "boolean"},
         "next_fire_at": nullable(INSTANT),
         "next_attempt": {"type": "integer"},

@@ -1,5 +1,7 @@
 """The node's scheduling decisions: misfire, next slot after a run (and its overrun),
-retries with backoff and jitter, recovery of abandoned runs. Pure: each takes ``now``."""
+retries with backoff and jitter, recovery of abandoned runs, and a job's bounds
+(``start_at``, ``end_at``, ``max_runs``) and slot jitter wherever a new slot is chosen.
+Pure: each takes ``now``."""
 
 from __future__ import annotations
 
@@ -27,22 +29,43 @@ def backoff_s(spec: JobSpec, attempt: int, rng: random.Random) -> float:
     return base * (0.5 + rng.random() / 2)
 
 
+def planned_at(spec: JobSpec, slot: datetime) -> datetime:
+    """The instant a slot of the job is planned for: the slot plus its stable jitter
+    (``spec.jitter_s``; see :func:`quartzlite.schedule.jitter_offset`)."""
+    return schedules.jittered(spec.name, slot, spec.jitter_s)
+
+
+def runs_left(spec: JobSpec, runs_done: int) -> bool:
+    """Whether the job may run another slot (``max_runs``)."""
+    return spec.max_runs is None or runs_done < spec.max_runs
+
+
 class SchedulePlanner:
     """Implements :class:`quartzlite.storage.node.Planner` with :mod:`quartzlite.schedule`:
     every decision of where a job goes next (misfire and coalescing, retries and their
-    backoff, recovery of a lost run, a refused duplicate) is made here."""
+    backoff, recovery of a lost run, a refused duplicate) is made here.
+
+    Every new slot chosen here lies within the job's bounds (none before ``start_at``,
+    none after ``end_at``: slots outside them are neither fired nor recorded missed) and
+    is planned at the slot plus its jitter; once the job's ``max_runs``-th slot is done
+    it has no next fire. Retries and reruns keep their own timing (no jitter)."""
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
 
     def _next(
         self, spec: JobSpec, after: datetime, now: datetime, reason: str,
-        overrun: OverrunPolicy = OverrunPolicy.CATCH_UP,
+        overrun: OverrunPolicy = OverrunPolicy.CATCH_UP, *, counted: bool = False,
+        runs_done: int = 0,
     ) -> Reschedule:
         """The next slot after ``after``. ``overrun`` is the job's overrun policy when
         the job's own run held it until ``now`` (after a run); every other way here
         (a lost node, a refused duplicate, a misfire) leaves the slots that passed to
-        the misfire policy."""
+        the misfire policy. ``counted``: the job leaves the slot ``after`` as one of its
+        runs, its ``runs_done`` before this one; at ``max_runs`` there is no next slot
+        (and the slots that passed meanwhile are no longer the job's: none is missed)."""
+        if not runs_left(spec, runs_done + (1 if counted else 0)):
+            return Reschedule(planned_at=None, slot_at=None, counted=counted)
         plan = schedules.plan_next(
             parsed(spec.schedule, spec.timezone),
             after=after,
@@ -50,18 +73,22 @@ class SchedulePlanner:
             policy=spec.misfire_policy,
             grace_s=spec.misfire_grace_s,
             overrun=overrun,
+            start_at=spec.start_at,
+            end_at=spec.end_at,
         )
         if overrun is OverrunPolicy.SKIP:
             missed_reason = f"overrun: {reason}; overrun policy {overrun.value}"
         else:
             missed_reason = f"{reason}; misfire policy {spec.misfire_policy.value}"
+        slot = plan.next_fire_at
         return Reschedule(
-            planned_at=plan.next_fire_at,
-            slot_at=plan.next_fire_at,
+            planned_at=None if slot is None else planned_at(spec, slot),
+            slot_at=slot,
             attempt=1,
             missed=tuple(plan.missed),
             missed_more=plan.missed_more,
             missed_reason=missed_reason,
+            counted=counted,
         )
 
     def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
@@ -70,7 +97,9 @@ class SchedulePlanner:
         reason = f"misfired: not fired within misfire_grace_s ({spec.misfire_grace_s:g}s)"
         later = self._next(spec, slot_at, now, reason)
         cutoff = now - timedelta(seconds=spec.misfire_grace_s)
-        later_misfired = later.planned_at is not None and later.planned_at <= cutoff
+        # Passed slots are judged by their slot instant (as plan_next does): with jitter,
+        # a slot's planned instant is later still.
+        later_misfired = later.slot_at is not None and later.slot_at <= cutoff
         if spec.misfire_policy is MisfirePolicy.FIRE_ONCE:
             if later_misfired:
                 return Reschedule(
@@ -78,14 +107,20 @@ class SchedulePlanner:
                     missed=(slot_at, *later.missed), missed_more=later.missed_more,
                     missed_reason=later.missed_reason,
                 )
-            return Reschedule(planned_at=slot_at, slot_at=slot_at)
+            return Reschedule(planned_at=planned_at(spec, slot_at), slot_at=slot_at)
         return Reschedule(
             planned_at=later.planned_at, slot_at=later.slot_at,
             missed=(slot_at, *later.missed), missed_more=later.missed_more,
             missed_reason=later.missed_reason,
         )
 
-    def after_run(self, spec: JobSpec, finished: Finished, now: datetime) -> Reschedule:
+    def after_run(
+        self, spec: JobSpec, finished: Finished, now: datetime, runs_done: int = 0
+    ) -> Reschedule:
+        """Where the job goes once this run ended; ``runs_done``: the slots it ran
+        before this one. The slot counts as a run when the job moves on from it (its
+        last attempt, whatever the outcome, but ``cancelled``: fired ahead, then the
+        job was paused or deleted before the instant)."""
         prepared = finished.fired.prepared
         status = finished.outcome.status
         if status is RunStatus.ABANDONED:
@@ -94,7 +129,7 @@ class SchedulePlanner:
             # policy, as when a peer expires a dead node's run.
             if finished.started_at is None:
                 return Reschedule(planned_at=now, slot_at=prepared.slot_at, attempt=prepared.attempt)
-            return self.recover(spec, prepared.slot_at, prepared.attempt, now)
+            return self.recover(spec, prepared.slot_at, prepared.attempt, now, runs_done)
         if status in (RunStatus.FAILED, RunStatus.TIMED_OUT) and prepared.attempt < spec.max_attempts:
             delay = backoff_s(spec, prepared.attempt, self.rng)
             return Reschedule(
@@ -108,6 +143,7 @@ class SchedulePlanner:
         # say after a database outage) are late, not overrun: the misfire policy has
         # them, and a late start leaves them all to it (no run claims an overrun of a
         # slot that came due before it began).
+        counted = status is not RunStatus.CANCELLED
         if spec.overrun_policy is OverrunPolicy.SKIP and finished.started_at is not None:
             began = max(prepared.slot_at, finished.started_at)
             following = parsed(spec.schedule, spec.timezone).next_after(prepared.slot_at)
@@ -115,21 +151,26 @@ class SchedulePlanner:
                 return self._next(
                     spec, prepared.slot_at, max(began, min(finished.ended_at, now)),
                     "came due while the previous run ran", overrun=OverrunPolicy.SKIP,
+                    counted=counted, runs_done=runs_done,
                 )
-        return self._next(spec, prepared.slot_at, now, "came due while the previous run ran")
+        return self._next(spec, prepared.slot_at, now, "came due while the previous run ran",
+                          counted=counted, runs_done=runs_done)
 
     def recover(
-        self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime
+        self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime, runs_done: int = 0
     ) -> Reschedule:
+        """A run abandoned (its node died): the slot again (``rerun``, no jitter), or
+        the next slot, the abandoned one counted as a run."""
         if (
             spec.recovery_policy is RecoveryPolicy.RERUN
             and attempt < spec.max_attempts + RECOVERY_RERUNS
         ):
             return Reschedule(planned_at=now, slot_at=slot_at, attempt=attempt + 1)
-        return self._next(spec, slot_at, now, "came due while its node was lost")
+        return self._next(spec, slot_at, now, "came due while its node was lost",
+                          counted=True, runs_done=runs_done)
 
     def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
         return self._next(spec, slot_at, now, "came due while a duplicate was refused")
 
 
-__all__ = ["RECOVERY_RERUNS", "SchedulePlanner", "backoff_s", "parsed"]
+__all__ = ["RECOVERY_RERUNS", "SchedulePlanner", "backoff_s", "parsed", "planned_at", "runs_left"]

@@ -25,6 +25,7 @@ Debian-cron DST rule (see :class:`_CronTiming` and ``docs/schedules.md``).
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from quartzlite.schedule.limits import (
 )
 from quartzlite.schedule.timing import (
     _AtTiming,
+    _BoundedTiming,
     _EveryTiming,
     _Timing,
 )
@@ -64,9 +66,13 @@ __all__ = [
     "LAST_INSTANT",
     "MAX_EVERY",
     "MIN_EVERY",
+    "MAX_JITTER_S",
     "FirePlan",
     "Schedule",
     "check_instant",
+    "first_slot",
+    "jitter_offset",
+    "jittered",
     "parse_duration",
     "parse_schedule",
     "plan_next",
@@ -321,17 +327,83 @@ def check_instant(field: str, value: datetime) -> datetime:
 
 
 # --------------------------------------------------------------------------------------
+# A job's bounds and jitter
+# --------------------------------------------------------------------------------------
+
+#: The largest ``jitter_s`` of a job: one hour.
+MAX_JITTER_S: Final = 3600.0
+
+
+def _bounded(
+    schedule: Schedule, start_at: datetime | None, end_at: datetime | None
+) -> _Timing:
+    """The schedule's timing, without the slots before ``start_at`` or after ``end_at``."""
+    if start_at is None and end_at is None:
+        return schedule._timing
+    return _BoundedTiming(
+        schedule._timing,
+        None if start_at is None else _as_utc(start_at, "start_at"),
+        None if end_at is None else _as_utc(end_at, "end_at"),
+    )
+
+
+def first_slot(
+    schedule: Schedule,
+    now: datetime,
+    *,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+) -> datetime | None:
+    """The first slot of a job strictly after ``now``, at or after ``start_at`` and at or
+    before ``end_at`` (UTC); None when there is none. For ``@every`` with ``start_at``,
+    the slots are ``start_at + k * period`` (``start_at`` itself when it is ahead);
+    without it, ``now`` plus a period."""
+    timing = _bounded(schedule, start_at, end_at)
+    now = _as_utc(now, "now")
+    if isinstance(timing, _BoundedTiming):
+        return timing.first_after(now)
+    return timing.next_after(now)
+
+
+def jitter_offset(key: str, slot: datetime, jitter_s: float) -> timedelta:
+    """A stable pseudo-random offset in ``[0, jitter_s]``, at millisecond resolution, of
+    the slot ``slot`` of the job ``key`` (its name): the first 8 bytes of
+    ``blake2b(f"{key}:{slot in UTC, ISO-8601}")`` as an integer, modulo
+    ``round(jitter_s * 1000) + 1``, in milliseconds. Every node computes the same one,
+    so the run row's UNIQUE (job, planned instant) still guards the slot."""
+    span_ms = round(jitter_s * 1000)
+    if span_ms <= 0:
+        return timedelta(0)
+    text = f"{key}:{_as_utc(slot, 'slot').isoformat()}"
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return timedelta(milliseconds=int.from_bytes(digest, "big") % (span_ms + 1))
+
+
+def jittered(key: str, slot: datetime, jitter_s: float) -> datetime:
+    """The planned instant of ``slot``: the slot plus its :func:`jitter_offset`."""
+    return slot + jitter_offset(key, slot, jitter_s)
+
+
+# --------------------------------------------------------------------------------------
 # Preview and misfire planning
 # --------------------------------------------------------------------------------------
 
 
-def preview(schedule: Schedule, start: datetime, count: int) -> list[datetime]:
+def preview(
+    schedule: Schedule,
+    start: datetime,
+    count: int,
+    *,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+) -> list[datetime]:
     """The next ``count`` fire instants strictly after ``start``, as aware datetimes in the
-    schedule's timezone (fewer if the schedule stops firing)."""
+    schedule's timezone (fewer if the schedule stops firing); with ``start_at`` and
+    ``end_at``, a job's slots within its bounds."""
     result: list[datetime] = []
     current: datetime | None = _as_utc(start, "start")
     zone = schedule._zone
-    timing = schedule._timing
+    timing = _bounded(schedule, start_at, end_at)
     while len(result) < count:
         assert current is not None
         current = timing.next_after(current)
@@ -362,6 +434,8 @@ def plan_next(
     grace_s: float,
     max_missed: int = 100,
     overrun: OverrunPolicy = OverrunPolicy.CATCH_UP,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
 ) -> FirePlan:
     """Decide the next fire after the slot ``after`` given the current instant ``now``.
 
@@ -379,6 +453,10 @@ def plan_next(
     is missed, and ``next_fire_at`` is the job's next slot strictly after ``now`` (for
     ``@every``: on the sequence ``after + k * period``, not ``now`` plus a period).
 
+    ``start_at`` and ``end_at`` bound the job's slots: a slot before ``start_at`` is not
+    due (it is neither fired nor missed), none after ``end_at`` exists (``next_fire_at``
+    is None once the next slot would lie past it).
+
     At most ``max_missed`` missed slots (the oldest) are materialised; ``missed_more`` counts
     the rest exactly: arithmetically for ``@every`` and, for cron, per matching day from the
     time-of-day product (slots are walked one by one only within a few hours of a DST
@@ -394,7 +472,7 @@ def plan_next(
         grace_s = 0.0  # every slot the run overran is skipped, however recent
     start = _as_utc(after, "after")
     threshold = _as_utc(now, "now") - timedelta(seconds=grace_s)
-    timing = schedule._timing
+    timing = _bounded(schedule, start_at, end_at)
 
     first = timing.next_after(start)
     if first is None or first > threshold:

@@ -108,6 +108,73 @@ class _AtTiming(_Timing):
         return self._instant if lo < self._instant <= hi else None
 
 
+class _BoundedTiming(_Timing):
+    """A job's slots: its schedule's, none before ``start`` and none after ``end``
+    (either may be None). For ``@every`` with a start, the slots are ``start + k *
+    period``: the first slot at or after ``start`` is ``start`` itself."""
+
+    __slots__ = ("_inner", "_start", "_end")
+
+    def __init__(self, inner: _Timing, start: datetime | None, end: datetime | None) -> None:
+        self._inner = inner
+        self._start = start
+        self._end = end
+
+    def _within(self, found: datetime | None) -> datetime | None:
+        if found is None or (self._end is not None and found > self._end):
+            return None
+        return found
+
+    def _first(self) -> datetime | None:
+        """The first slot at or after ``start`` (which is set)."""
+        assert self._start is not None
+        if isinstance(self._inner, _EveryTiming):
+            return self._start
+        return self._inner.next_after(self._start - _MICROSECOND)
+
+    def _next_after(self, after: datetime) -> datetime | None:
+        if self._start is not None and after < self._start:
+            return self._within(self._first())
+        return self._within(self._inner.next_after(after))
+
+    def first_after(self, now: datetime) -> datetime | None:
+        """The first slot strictly after ``now``; for ``@every`` with a start, on the
+        sequence ``start + k * period`` (not ``now`` plus a period)."""
+        inner, start = self._inner, self._start
+        if start is None or now < start or not isinstance(inner, _EveryTiming):
+            return self.next_after(now)
+        periods = (now - start) // inner._period + 1
+        try:
+            found = start + periods * inner._period
+        except OverflowError:
+            return None
+        return self._within(found) if found < LAST_INSTANT else None
+
+    def count(self, lo: datetime, hi: datetime) -> int:
+        if self._end is not None:
+            hi = min(hi, self._end)
+        if hi <= lo:
+            return 0
+        if self._start is not None and lo < self._start:
+            first = self.next_after(lo)
+            if first is None or first > hi:
+                return 0
+            return 1 + self._inner.count(first, hi)
+        return self._inner.count(lo, hi)
+
+    def latest(self, lo: datetime, hi: datetime) -> datetime | None:
+        if self._end is not None:
+            hi = min(hi, self._end)
+        if hi <= lo:
+            return None
+        if self._start is not None and lo < self._start:
+            first = self.next_after(lo)
+            if first is None or first > hi:
+                return None
+            return self._inner.latest(first, hi) or first
+        return self._inner.latest(lo, hi)
+
+
 class _Times:
     """The matching times of day: the product hours x minutes x seconds, in order."""
 

@@ -27,13 +27,17 @@ from sqlalchemy.sql.elements import TextClause
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import Conflict, NotFound, SchemaError, TransientStoreError, ValidationError
-from quartzlite.models import Job, JobSpec, Page, Pruned, Run, Session
+from quartzlite.models import Job, JobSpec, Page, Pruned, Reschedule, Run, Session
 from quartzlite.storage import rows, transitions
 from quartzlite.storage.engine import Database, Tx
 from quartzlite.storage.tables import jobs, locks, runs, sessions
 
-#: Given a spec and the database's now, the first instant it should fire (None: never).
-FirstFire = Callable[[JobSpec, datetime], datetime | None]
+#: Given a spec, the database's now and the slots the job has run (``runs_done``), where
+#: it goes first: its planned instant and slot (None: no next fire, the job is finished).
+FirstFire = Callable[[JobSpec, datetime, int], Reschedule]
+
+#: The fields whose change plans a job's next fire anew (from now).
+TIMING_FIELDS = ("schedule", "timezone", "start_at", "end_at", "max_runs", "jitter_s")
 
 
 def take_job_lock(conn: Connection) -> None:
@@ -387,11 +391,9 @@ class JobStore:
                 values["error"] = None  # a quarantined job is given another chance
             if not paused and existing["state"] == JobState.IDLE.value:
                 spec = rows.spec_from_row(existing)
-                planned_at = planner(spec, db_now(t.conn))
-                values.update(
-                    next_fire_at=rows.to_db(planned_at), next_slot_at=rows.to_db(planned_at),
-                    next_attempt=1,
-                )
+                values.update(self._first_values(
+                    planner(spec, db_now(t.conn), existing["runs_done"])
+                ))
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
             if paused:
                 transitions.hand_back(t.conn, jobs.c.id == existing["id"])
@@ -411,15 +413,20 @@ class JobStore:
     def _by_id(self, conn: Connection, job_id: int) -> Job:
         return rows.job_from_row(conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().one())
 
+    @staticmethod
+    def _first_values(plan: Reschedule) -> dict[str, Any]:
+        return {
+            "next_fire_at": rows.to_db(plan.planned_at),
+            "next_slot_at": rows.to_db(plan.slot_at),
+            "next_attempt": 1,
+        }
+
     def _insert_values(self, spec: JobSpec, planner: FirstFire, now: datetime) -> dict[str, Any]:
-        planned_at = planner(spec, now)
         return {
             **rows.spec_values(spec),
             "active_name": spec.name,
             **transitions.created(),
-            "next_fire_at": rows.to_db(planned_at),
-            "next_slot_at": rows.to_db(planned_at),
-            "next_attempt": 1,
+            **self._first_values(planner(spec, now, 0)),
             "created_at": rows.to_db(now),
             "updated_at": rows.to_db(now),
         }
@@ -435,17 +442,16 @@ class JobStore:
         values: dict[str, Any] = {**rows.spec_values(spec), "updated_at": func.now(6)}
         if not spec.paused:
             values["error"] = None  # a quarantined job is given another chance
-        timing_changed = (old.schedule, old.timezone) != (spec.schedule, spec.timezone)
+        timing_changed = any(getattr(old, f) != getattr(spec, f) for f in TIMING_FIELDS)
         state = existing["state"]
         if state == JobState.PREPARED.value and (timing_changed or spec.paused or old.tags != spec.tags):
             # Its node must not run it as it was: back to the cluster, planned anew.
             transitions.hand_back(conn, jobs.c.id == existing["id"])
             state = JobState.IDLE.value
         if state == JobState.IDLE.value and (timing_changed or (old.paused and not spec.paused)):
-            planned_at = planner(spec, db_now(conn))
-            values.update(
-                next_fire_at=rows.to_db(planned_at), next_slot_at=rows.to_db(planned_at), next_attempt=1
-            )
+            # runs_done is kept: a job that ran max_runs slots stays finished unless
+            # max_runs is raised.
+            values.update(self._first_values(planner(spec, db_now(conn), existing["runs_done"])))
         conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
         return self._by_id(conn, existing["id"])
 

@@ -34,12 +34,15 @@ def to_db(value: datetime | None) -> datetime | None:
 
 
 def spec_values(spec: JobSpec) -> dict[str, Any]:
-    """The columns a JobSpec fills: its JSON shape, with kwargs and tags as stored."""
+    """The columns a JobSpec fills: its JSON shape, with kwargs, tags and instants as
+    stored."""
     return {
         **spec_to_dict(spec),
         "target_kind": spec.target_kind.value,
         "kwargs": json.dumps(spec.kwargs, sort_keys=True, separators=(",", ":")),
         "tags": join_tags(spec.tags),
+        "start_at": to_db(spec.start_at),
+        "end_at": to_db(spec.end_at),
     }
 
 
@@ -48,6 +51,10 @@ def spec_from_row(row: Row) -> JobSpec:
         name=row["name"],
         schedule=row["schedule"],
         timezone=row["timezone"],
+        start_at=instant(row["start_at"]),
+        end_at=instant(row["end_at"]),
+        max_runs=row["max_runs"],
+        jitter_s=row["jitter_s"],
         command=row["command"],
         callable=row["callable"],
         kwargs=json.loads(row["kwargs"] or "{}"),
@@ -84,6 +91,7 @@ def job_from_row(row: Row) -> Job:
         last_ended_at=instant(row["last_ended_at"]),
         created_at=utc(row["created_at"]),
         updated_at=utc(row["updated_at"]),
+        runs_done=row["runs_done"],
     )
 
 

@@ -113,6 +113,16 @@ jobs = Table(
     # skip | catch_up: the slots that came due while the job's own run ran (added by
     # 0005, hence last; rows stored before it got catch_up).
     Column("overrun_policy", String(16), nullable=False),
+    # The job's bounds (added by 0006, hence last): no slot before start_at or after
+    # end_at fires; at most max_runs slots run; each slot is planned at the slot plus a
+    # stable offset in [0, jitter_s]. NULL: no bound.
+    _instant("start_at"),
+    _instant("end_at"),
+    Column("max_runs", Integer, nullable=True),
+    Column("jitter_s", DOUBLE(asdecimal=False), nullable=False, server_default=text("0")),
+    # Slots the job has run to their end (counted by the results transaction and
+    # recovery); never reset, not even when max_runs or the schedule changes.
+    Column("runs_done", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
     # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
     Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),

@@ -79,7 +79,7 @@ _RELEASED: dict[str, Any] = {
 
 def created() -> dict[str, Any]:
     """The state columns of a new job (not an edge: where every job starts)."""
-    return {"state": JobState.IDLE.value}
+    return {"state": JobState.IDLE.value, "runs_done": 0}
 
 
 def _in(*states: JobState) -> ColumnElement[bool]:
@@ -127,12 +127,13 @@ def fire(conn: Connection, *, job_ids: Sequence[int], fire_ids: Sequence[str],
 
 def result(conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
     """executing -> idle for a batch of recorded outcomes, each with its own next fire:
-    ``values`` = {id, fire_id, last_ended_at, next_fire_at, next_slot_at, next_attempt}.
-    Guard: still executing under the same fire id (a job whose run was abandoned and
-    taken over meanwhile is left alone)."""
+    ``values`` = {id, fire_id, last_ended_at, next_fire_at, next_slot_at, next_attempt,
+    runs_done} (``runs_done``: the job's count of slots run, this one included when it
+    counts, read under the row's lock). Guard: still executing under the same fire id
+    (a job whose run was abandoned and taken over meanwhile is left alone)."""
     update_from_rows(
         conn, "ql_jobs", values, match=("id", "fire_id"),
-        assign=("last_ended_at", "next_fire_at", "next_slot_at", "next_attempt"),
+        assign=("last_ended_at", "next_fire_at", "next_slot_at", "next_attempt", "runs_done"),
         constants=(
             "t.state = 'idle', t.owner_session = NULL, t.fire_id = NULL, "
             "t.prepared_at = NULL, t.kill_requested = 0"
@@ -160,14 +161,16 @@ def trigger(conn: Connection, job_id: int, now: datetime) -> int:
 
 
 def abandon(conn: Connection, *, job_id: int, fire_id: str, planned_at: datetime | None,
-            slot_at: datetime | None, attempt: int) -> int:
+            slot_at: datetime | None, attempt: int, runs_done: int | None = None) -> int:
     """executing -> idle for a run whose outcome is unknown (its node is gone, or never
-    started it), due next at ``planned_at`` per its recovery policy. Guard: still
+    started it), due next at ``planned_at`` per its recovery policy, with ``runs_done``
+    when given (the abandoned slot counted when the job moves on from it). Guard: still
     executing under this fire id."""
+    counted = {} if runs_done is None else {"runs_done": runs_done}
     return int(conn.execute(
         update(jobs)
         .where(jobs.c.id == job_id, jobs.c.fire_id == fire_id, _in(EXECUTING))
-        .values(**_RELEASED, kill_requested=False, **_next(planned_at, slot_at, attempt))
+        .values(**_RELEASED, kill_requested=False, **counted, **_next(planned_at, slot_at, attempt))
     ).rowcount)
 
 

@@ -35,6 +35,10 @@ pytestmark = pytest.mark.db
         ({"name": "a", "schedule": "@every 1m", "command": "x", "tags": ["Bad Tag"]}, "tags"),
         ({"name": "a", "schedule": "@every 1m", "command": "x", "misfire_policy": "?"}, "misfire_policy"),
         ({"name": "a", "schedule": "@every 1m", "command": "x", "overrun_policy": "?"}, "overrun_policy"),
+        ({"name": "a", "schedule": "@every 1m", "command": "x", "start_at": "?"}, "start_at"),
+        ({"name": "a", "schedule": "@every 1m", "command": "x", "end_at": "2001-01-01T00:00:00Z"}, "end_at"),
+        ({"name": "a", "schedule": "@every 1m", "command": "x", "max_runs": 0}, "max_runs"),
+        ({"name": "a", "schedule": "@every 1m", "command": "x", "jitter_s": 3601}, "jitter_s"),
         ({"name": "a", "schedule": "@every 1m", "command": "x", "colour": "red"}, "colour"),
     ],
 )

@@ -98,6 +98,91 @@ def test_the_openapi_document_describes_the_overrun_policy(api: Api) -> None:
     assert "overrun_policy" in schemas["Job"]["required"]
 
 
+def test_bounds_max_runs_and_jitter_are_created_read_back_and_validated(api: Api) -> None:
+    body = job_body("bounded", schedule="@every 1h", start_at="2030-01-01T09:00:00+02:00",
+                    end_at="2030-02-01T00:00:00Z", max_runs=3, jitter_s=90)
+    created = api.post("/api/v1/jobs", json=body)
+
+    assert created.status_code == 201, created.get_json()
+    job = created.get_json()
+    assert (job["start_at"], job["end_at"]) == ("2030-01-01T07:00:00+00:00", "2030-02-01T00:00:00+00:00")
+    assert (job["max_runs"], job["jitter_s"], job["runs_done"], job["finished"]) == (3, 90.0, 0, False)
+    slot = datetime(2030, 1, 1, 7, tzinfo=UTC)
+    planned = datetime.fromisoformat(job["next_fire_at"])
+    assert slot <= planned <= slot + timedelta(seconds=90), "the first slot is start_at, jittered"
+    shown = api.get("/api/v1/jobs/bounded").get_json()
+    assert {k: shown[k] for k in ("start_at", "end_at", "max_runs", "jitter_s")} == {
+        k: job[k] for k in ("start_at", "end_at", "max_runs", "jitter_s")}
+    assert shown["upcoming"][0] == job["next_fire_at"]
+    assert len(shown["upcoming"]) == 3, "max_runs: three slots in all"
+    default = api.post("/api/v1/jobs", json=job_body("unbounded")).get_json()
+    assert {k: default[k] for k in ("start_at", "end_at", "max_runs", "jitter_s", "finished")} == {
+        "start_at": None, "end_at": None, "max_runs": None, "jitter_s": 0.0, "finished": False}
+    # PATCH clears a bound with null.
+    cleared = api.patch("/api/v1/jobs/bounded", json={"max_runs": None, "end_at": None})
+    assert cleared.status_code == 200
+    assert (cleared.get_json()["max_runs"], cleared.get_json()["end_at"]) == (None, None)
+
+    for bad, field, reason in [
+        ({"start_at": "next tuesday"}, "start_at", "not an ISO-8601 instant"),
+        ({"start_at": "2030-01-01T00:00:00"}, "start_at", "UTC offset"),
+        ({"end_at": 5}, "end_at", "ISO-8601 instant"),
+        ({"start_at": "2030-01-02T00:00:00Z", "end_at": "2030-01-01T00:00:00Z"}, "end_at",
+         "must be after start_at"),
+        ({"end_at": "2001-01-01T00:00:00Z"}, "end_at", "never fire"),
+        ({"max_runs": 0}, "max_runs", "between 1 and"),
+        ({"max_runs": 1.5}, "max_runs", "must be an integer"),
+        ({"max_runs": "2"}, "max_runs", "must be an integer"),
+        ({"jitter_s": -1}, "jitter_s", "at least 0"),
+        ({"jitter_s": 3601}, "jitter_s", "at most 3600"),
+        ({"jitter_s": None}, "jitter_s", "must be a number"),
+    ]:
+        error = assert_error(api.post("/api/v1/jobs", json=job_body("bad", **bad)),
+                             400, "validation_error", field)
+        assert reason in error["details"]["reason"], (bad, error)
+    for bad, field in [({"start_at": "soon"}, "start_at"), ({"max_runs": -1}, "max_runs"),
+                       ({"jitter_s": 1e9}, "jitter_s")]:  # (refused writes are rate limited)
+        assert_error(api.patch("/api/v1/jobs/bounded", json=bad), 400, "validation_error", field)
+    assert_error(api.get("/api/v1/jobs/bad"), 404, "not_found")
+
+
+def test_a_job_past_its_runs_shows_finished(api: Api, rows: Rows) -> None:
+    """Idle, not paused, no next fire: finished (the state stays idle); paused, it is
+    not; its upcoming fires are none."""
+    api.post("/api/v1/jobs", json=job_body("done", schedule="@every 1h", max_runs=2))
+    rows.set_job("done", runs_done=2, next_fire_at=None, next_slot_at=None)
+
+    shown = api.get("/api/v1/jobs/done").get_json()
+    assert (shown["state"], shown["finished"], shown["runs_done"]) == ("idle", True, 2)
+    assert (shown["next_fire_at"], shown["upcoming"]) == (None, [])
+    listed = {j["name"]: j["finished"] for j in api.get("/api/v1/jobs").get_json()["items"]}
+    assert listed == {"done": True}
+    paused = api.post("/api/v1/jobs/done/pause").get_json()
+    assert paused["finished"] is False
+    resumed = api.post("/api/v1/jobs/done/resume").get_json()
+    assert (resumed["finished"], resumed["next_fire_at"]) == (True, None)
+    more = api.patch("/api/v1/jobs/done", json={"max_runs": 3}).get_json()
+    assert (more["finished"], more["runs_done"]) == (False, 2)
+    assert more["next_fire_at"] is not None
+
+
+def test_the_openapi_document_describes_bounds_and_the_finished_flag(api: Api) -> None:
+    schemas = api.get("/api/v1/openapi.json").get_json()["components"]["schemas"]
+
+    fields = schemas["JobInput"]["properties"]
+    assert fields["start_at"]["type"] == ["string", "null"]
+    assert fields["start_at"]["format"] == "date-time"
+    assert fields["end_at"]["type"] == ["string", "null"]
+    assert (fields["max_runs"]["type"], fields["max_runs"]["minimum"]) == (["integer", "null"], 1)
+    jitter = fields["jitter_s"]
+    assert (jitter["minimum"], jitter["maximum"], jitter["default"]) == (0, 3600.0, 0.0)
+    job = schemas["Job"]
+    for name in ("start_at", "end_at", "max_runs", "jitter_s", "finished", "runs_done"):
+        assert name in job["properties"], name
+        assert name in job["required"], name
+    assert job["properties"]["finished"]["type"] == "boolean"
+
+
 def test_get_shows_definition_state_upcoming_owner_and_last_run(api: Api, rows: Rows) -> None:
     api.post("/api/v1/jobs", json=job_body("shown", schedule="@every 1h"))
     job_id = rows.job_id("shown")

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import create_engine, pool, text, update
 from sqlalchemy.engine import make_url
 
 from quartzlite.cli import main
 from quartzlite.storage import migrate
-from tests.integration.dbtools import add_run, job_count, job_rows
+from quartzlite.storage.tables import jobs
+from tests.integration.dbtools import add_run, connect, job_count, job_rows
 
 pytestmark = pytest.mark.db
 
@@ -233,6 +234,62 @@ def test_job_overrun_policy_option_on_add_and_update_shown_by_job_show(db_url: s
     assert "--overrun-policy" in result.stderr
     assert "'skip'" in result.stderr
     assert "'catch_up'" in result.stderr
+
+
+def test_job_bounds_options_on_add_put_and_update_and_a_finished_job_shown(db_url: str) -> None:
+    """--start-at, --end-at, --max-runs and --jitter on add, put and update; job show
+    and job list show them, and ``finished`` for a job that ran its max_runs."""
+    data = json.loads(ok(db_url, "job", "add", "bounded", "--schedule", "@every 1h",
+                         "--command", "true", "--start-at", "2030-01-01T09:00:00+02:00",
+                         "--end-at", "2030-03-01T00:00:00Z", "--max-runs", "2",
+                         "--jitter", "30", "--json"))
+    assert (data["start_at"], data["end_at"]) == ("2030-01-01T07:00:00+00:00",
+                                                  "2030-03-01T00:00:00+00:00")
+    assert (data["max_runs"], data["jitter_s"], data["runs_done"], data["finished"]) == (
+        2, 30.0, 0, False)
+    put = json.loads(ok(db_url, "job", "put", "put-bounded", "--schedule", "@every 1h",
+                        "--command", "true", "--max-runs", "7", "--json"))
+    assert (put["max_runs"], put["start_at"], put["jitter_s"]) == (7, None, 0.0)
+
+    def shown(name: str) -> dict[str, str]:
+        return {key.strip(): value.strip() for key, _, value in
+                (line.partition(": ") for line in ok(db_url, "job", "show", name).splitlines())}
+
+    fields = shown("bounded")
+    assert (fields["start_at"], fields["end_at"]) == ("2030-01-01T07:00:00+00:00",
+                                                      "2030-03-01T00:00:00+00:00")
+    assert (fields["max_runs"], fields["jitter_s"], fields["state"], fields["finished"]) == (
+        "2", "30.0", "idle", "False")
+    assert len(fields["upcoming"].split(", ")) == 2, "two runs in all"
+
+    # Ran its two runs: finished, in show, show --json and list.
+    ok(db_url, "job", "update", "bounded", "--max-runs", "1")
+    with connect(db_url) as conn:
+        conn.execute(update(jobs).where(jobs.c.name == "bounded").values(
+            runs_done=1, next_fire_at=None, next_slot_at=None))
+    fields = shown("bounded")
+    assert (fields["state"], fields["finished"], fields["runs_done"], fields["upcoming"]) == (
+        "finished", "True", "1", "-")
+    data = json.loads(ok(db_url, "job", "show", "bounded", "--json"))
+    assert (data["state"], data["finished"], data["upcoming"]) == ("idle", True, [])
+    table = ok(db_url, "job", "list").splitlines()
+    states = {line.split()[0]: line.split()[4] for line in table[1:]}
+    assert states == {"bounded": "finished", "put-bounded": "idle"}
+    assert "state finished" in ok(db_url, "job", "resume", "bounded")
+    assert "state finished" in ok(db_url, "job", "update", "bounded", "--description", "done")
+    again = json.loads(ok(db_url, "job", "update", "bounded", "--max-runs", "3", "--json"))
+    assert (again["finished"], again["runs_done"]) == (False, 1)
+
+    for args, field in [(("--start-at", "soon"), "start_at"), (("--max-runs", "0"), "max_runs"),
+                        (("--jitter", "4000"), "jitter_s"),
+                        (("--end-at", "2001-01-01T00:00:00Z"), "end_at")]:
+        line = fails(db_url, "job", "add", "x", "--schedule", "@every 1h", "--command", "true",
+                     *args, code=2)
+        assert line.startswith(f"Error: {field}: "), line
+    result = cli(db_url, "job", "add", "x", "--schedule", "@every 1h", "--command", "true",
+                 "--max-runs", "two")
+    assert result.exit_code == 2
+    assert "--max-runs" in result.stderr
 
 
 # -- job list / show -------------------------------------------------------------------

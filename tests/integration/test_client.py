@@ -99,6 +99,33 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
      "must be one of skip, catch_up"),
     ("description-too-long", job(description="d" * 1025), "description", "at most 1024"),
     ("at-in-the-past", job(schedule="@at 2001-01-01T00:00:00Z"), "schedule", "never fires"),
+    ("start-at-not-an-instant", job(start_at="tomorrow"), "start_at", "not an ISO-8601 instant"),
+    ("start-at-without-offset", job(start_at="2030-01-01T00:00:00"), "start_at",
+     "must include a UTC offset"),
+    ("start-at-number", job(start_at=1893456000), "start_at",
+     "must be an ISO-8601 instant such as 2026-01-31T12:00:00Z, not an integer"),
+    ("start-at-out-of-range", job(start_at="1960-01-01T00:00:00Z"), "start_at", "out of range"),
+    ("end-at-not-an-instant", job(end_at="2030-02-30T00:00:00Z"), "end_at",
+     "not an ISO-8601 instant"),
+    ("end-at-before-start-at", job(start_at="2030-01-02T00:00:00Z", end_at="2030-01-01T00:00:00Z"),
+     "end_at", "must be after start_at (2030-01-02T00:00:00+00:00)"),
+    ("end-at-equal-to-start-at", job(start_at="2030-01-02T00:00:00Z",
+                                     end_at="2030-01-02T02:00:00+02:00"),
+     "end_at", "must be after start_at"),
+    ("end-at-in-the-past", job(end_at="2020-01-01T00:00:00Z"), "end_at", "would never fire"),
+    ("end-at-before-the-first-slot", job(schedule="0 0 * * * ?", end_at="2030-01-01T00:30:00Z",
+                                         start_at="2030-01-01T00:00:01Z"), "end_at",
+     "would never fire"),
+    ("max-runs-0", job(max_runs=0), "max_runs", "between 1 and 2147483647, got 0"),
+    ("max-runs-negative", job(max_runs=-3), "max_runs", "between 1 and"),
+    ("max-runs-fraction", job(max_runs=2.5), "max_runs", "must be an integer, not a number"),
+    ("max-runs-string", job(max_runs="3"), "max_runs", "must be an integer, not a string"),
+    ("max-runs-bool", job(max_runs=True), "max_runs", "must be an integer, not a boolean"),
+    ("max-runs-beyond-int", job(max_runs=2**31), "max_runs", "between 1 and 2147483647"),
+    ("jitter-negative", job(jitter_s=-0.5), "jitter_s", "at least 0 and at most 3600"),
+    ("jitter-beyond-an-hour", job(jitter_s=3600.5), "jitter_s", "at most 3600, got 3600.5"),
+    ("jitter-nan", job(jitter_s=float("nan")), "jitter_s", "finite"),
+    ("jitter-string", job(jitter_s="5s"), "jitter_s", "must be a number, not a string"),
 ]
 
 
@@ -153,6 +180,11 @@ def test_update_job_rejects_invalid_changes_and_leaves_the_job_alone(
         ({"name": "renamed"}, "name", "cannot be changed"),
         ({"kwargs": {"a": 1}}, "kwargs", "only a callable"),
         ({"bogus": True}, "bogus", "unknown field"),
+        ({"end_at": "2020-01-01T00:00:00Z"}, "end_at", "would never fire"),
+        ({"start_at": "2030-01-02T00:00:00Z", "end_at": "2030-01-01T00:00:00Z"}, "end_at",
+         "must be after start_at"),
+        ({"max_runs": 0}, "max_runs", "between 1 and"),
+        ({"jitter_s": 4000}, "jitter_s", "at most 3600"),
     ]:
         with pytest.raises(ValidationError) as caught:
             client.update_job("nightly", changes)
@@ -323,6 +355,101 @@ def test_the_overrun_policy_defaults_to_skip_for_new_jobs_and_round_trips(
     spec = JobSpec(name="typed", schedule="@every 1m", command="true",
                    overrun_policy=OverrunPolicy.CATCH_UP)
     assert client.add_job(spec).spec == spec
+
+
+def test_bounds_and_jitter_are_stored_read_back_and_plan_the_first_fire(
+    client: SchedulerClient, db_url: str
+) -> None:
+    """Instants in any offset are stored in UTC; an ``@every`` job with a start ahead
+    first fires on start_at plus its jitter (its slot is start_at itself)."""
+    from quartzlite.schedule import jittered
+
+    start = (client.now() + DAY).replace(microsecond=0)
+    end = start + 10 * DAY
+    created = client.add_job(job(
+        schedule="@every 1h", start_at=start.astimezone(ZoneInfo("Asia/Tokyo")).isoformat(),
+        end_at=end.isoformat().replace("+00:00", "Z"), max_runs=4, jitter_s=120,
+    ))
+
+    assert (created.spec.start_at, created.spec.end_at) == (start, end)
+    assert created.spec.start_at is not None
+    assert created.spec.start_at.utcoffset() == timedelta(0)
+    assert (created.spec.max_runs, created.spec.jitter_s) == (4, 120.0)
+    assert (created.runs_done, created.finished) == (0, False)
+    assert created.next_slot_at == start
+    assert created.next_fire_at == jittered("nightly", start, 120)
+    assert start <= created.next_fire_at <= start + timedelta(seconds=120)
+    assert client.get_job("nightly") == created
+    (row,) = job_rows(db_url)
+    assert (row["start_at"], row["end_at"], row["max_runs"], row["jitter_s"], row["runs_done"]) == (
+        naive(start), naive(end), 4, 120.0, 0)
+    # The same definition again is no change; a JobSpec carries the fields too.
+    _, changed = client.put_job(job(schedule="@every 1h", start_at=start, end_at=end, max_runs=4,
+                                    jitter_s=120.0))
+    assert changed is False
+    spec = JobSpec(name="typed", schedule="@every 1m", command="true", start_at=start,
+                   end_at=end, max_runs=1, jitter_s=0.25)
+    assert client.add_job(spec).spec == spec
+
+
+def test_changing_bounds_replans_and_keeps_the_run_count(client: SchedulerClient, db_url: str) -> None:
+    """A job that ran max_runs slots is finished (no next fire); raising max_runs plans
+    it again from now; lowering it to the count finishes it; runs_done is never reset,
+    not even by a new schedule; resuming a finished job leaves it finished."""
+    client.add_job(job(schedule="@every 1h", max_runs=5))
+    set_job(db_url, "nightly", runs_done=2)
+
+    changed = client.update_job("nightly", {"max_runs": 2})
+    assert (changed.next_fire_at, changed.runs_done, changed.finished) == (None, 2, True)
+    assert changed.state is JobState.IDLE, "finished is derived: the state stays idle"
+    assert client.describe_job("nightly").upcoming == []
+
+    paused = client.pause_job("nightly")
+    assert paused.finished is False, "a paused job is paused, not finished"
+    resumed = client.resume_job("nightly")
+    assert (resumed.next_fire_at, resumed.finished) == (None, True)
+
+    rescheduled = client.update_job("nightly", {"schedule": "@every 2h"})
+    assert (rescheduled.next_fire_at, rescheduled.runs_done) == (None, 2)
+    raised = client.update_job("nightly", {"max_runs": 4})
+    now = client.now()
+    assert raised.next_fire_at is not None
+    assert now < raised.next_fire_at <= now + timedelta(hours=2, seconds=1)
+    assert (raised.runs_done, raised.finished) == (2, False)
+    view = client.describe_job("nightly", upcoming=5)
+    assert len(view.upcoming) == 2, "two runs left: the next fire and one more slot"
+    assert view.upcoming[1] - view.upcoming[0] == timedelta(hours=2)
+
+
+def test_resuming_a_job_whose_end_has_passed_finishes_it(client: SchedulerClient, db_url: str) -> None:
+    """Paused, then its end_at (or its one @at) passed: resuming is not refused (the
+    operator changed nothing that could be wrong); the job shows finished."""
+    client.add_job(job(schedule="@every 1h"))
+    client.pause_job("nightly")
+    set_job(db_url, "nightly", end_at=naive(client.now() - timedelta(seconds=1)))
+    resumed = client.resume_job("nightly")
+    assert (resumed.spec.paused, resumed.next_fire_at, resumed.finished) == (False, None, True)
+    client.add_job(job(name="once", schedule=f"@at {(client.now() + timedelta(hours=1)).isoformat()}"))
+    client.pause_job("once")
+    set_job(db_url, "once", schedule="@at 2020-01-01T00:00:00Z")
+    assert client.resume_job("once").finished is True
+
+
+def test_describe_job_shows_the_jittered_instants_within_the_bounds(
+    client: SchedulerClient,
+) -> None:
+    from quartzlite.schedule import jittered
+
+    start = (client.now() + DAY).replace(minute=0, second=0, microsecond=0)
+    end = start + timedelta(hours=2, minutes=30)
+    client.add_job(job(schedule="0 0 * * * ?", start_at=start, end_at=end, jitter_s=600))
+
+    view = client.describe_job("nightly", upcoming=5)
+
+    slots = [start, start + timedelta(hours=1), start + timedelta(hours=2)]
+    assert view.upcoming == [jittered("nightly", slot, 600) for slot in slots]
+    assert view.upcoming != slots, "with 600 s of jitter not every offset is 0"
+    assert view.job.next_slot_at == start
 
 
 def test_update_job_switches_between_command_and_callable(client: SchedulerClient) -> None:

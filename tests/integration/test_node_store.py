@@ -133,3 +133,66 @@ def test_the_overrun_policy_goes_from_the_job_row_to_the_result_of_a_run_that_ov
     catches_up = client.get_job("catches-up")
     assert catches_up.next_fire_at == slot + timedelta(seconds=1)
     assert client.list_runs(job="catches-up", status="missed").items == []
+
+
+def test_max_runs_counts_each_slot_in_the_results_and_the_job_ends_finished(
+    client: SchedulerClient, store: NodeStore, db_url: str
+) -> None:
+    """prepare -> fire -> complete, twice, for an every-second job with max_runs 2 and
+    jitter: each result counts its slot (runs_done, in the results' one statement), the
+    runs are planned at their slot plus its jitter, and after the second the job has no
+    next fire and shows finished; nothing is recorded missed. A job whose run its node
+    lost, recovery policy skip, counts that slot too."""
+    from quartzlite.schedule import jittered
+
+    client.add_jobs([
+        {"name": "twice", "schedule": "@every 1s", "command": "true", "max_runs": 2,
+         "jitter_s": 0.4},
+        {"name": "lost", "schedule": "@every 1s", "command": "true", "max_runs": 1,
+         "recovery_policy": "skip"},
+    ])
+    planner = SchedulePlanner()
+    slots = []
+    for done in (1, 2):
+        scan = store.prepare_due(session_id=SESSION, fire_prefix=f"{SESSION}:{done}:", limit=100,
+                                 tag_sets=[""], look_ahead_s=60, planner=planner)
+        twice = [p for p in scan.prepared if p.name == "twice"]
+        assert len(twice) == 1
+        (prepared,) = twice
+        assert prepared.planned_at == jittered("twice", prepared.slot_at, 0.4)
+        slots.append(prepared.slot_at)
+        fired, lost = store.fire(session_id=SESSION, items=scan.prepared, planner=planner,
+                                 ahead_s=60)
+        assert lost == []
+        ours = [f for f in fired if f.prepared.name == "twice"]
+        store.complete(session_id=SESSION, planner=planner, finished=[
+            Finished(fired=f, outcome=Outcome(status=RunStatus.SUCCEEDED),
+                     started_at=f.prepared.planned_at,
+                     ended_at=f.prepared.planned_at + timedelta(milliseconds=100))
+            for f in ours
+        ])
+        job = client.get_job("twice")
+        assert job.runs_done == done
+        if done == 1:
+            assert job.next_slot_at == slots[0] + timedelta(seconds=1)
+            assert job.next_fire_at == jittered("twice", slots[0] + timedelta(seconds=1), 0.4)
+            assert not job.finished
+            # The job that was fired with it: its node forgets it (a commit of unknown
+            # outcome); compensation abandons the run and the recovery policy skips it.
+            assert store.compensate(session_id=SESSION, in_memory={
+                (f.prepared.job_id, f.prepared.fire_id) for f in ours
+            }, planner=planner)[1] == 1
+            lost_job = client.get_job("lost")
+            assert (lost_job.runs_done, lost_job.next_fire_at, lost_job.finished) == (1, None, True)
+
+    job = client.get_job("twice")
+    assert (job.state, job.next_fire_at, job.next_slot_at, job.finished) == (
+        JobState.IDLE, None, None, True)
+    assert {r["name"]: r["runs_done"] for r in job_rows(db_url)} == {"twice": 2, "lost": 1}
+    runs = sorted(client.list_runs(job="twice").items, key=lambda r: r.slot_at)
+    assert [(r.slot_at, r.status) for r in runs] == [(s, RunStatus.SUCCEEDED) for s in slots]
+    assert [r.planned_at for r in runs] == [jittered("twice", s, 0.4) for s in slots]
+    scan = store.prepare_due(session_id=SESSION, fire_prefix=f"{SESSION}:9:", limit=100,
+                             tag_sets=[""], look_ahead_s=3600, planner=planner)
+    assert scan.prepared == [], "a finished job is never due"
+    assert client.list_runs(status="missed").items == []

@@ -192,6 +192,7 @@ def test_0005_gives_stored_jobs_catch_up_and_new_jobs_skip(new_database: NewData
         "SELECT COLUMN_DEFAULT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
         "AND TABLE_NAME = 'ql_jobs' AND COLUMN_NAME = 'overrun_policy'",
     ) in ([(None,)], [("NULL",)])
+    migrate.upgrade(url)  # the client reads the columns of head
     client = SchedulerClient(url)
     try:
         assert client.get_job("old").spec.overrun_policy is OverrunPolicy.CATCH_UP
@@ -211,6 +212,61 @@ def test_0005_gives_stored_jobs_catch_up_and_new_jobs_skip(new_database: NewData
             "AND TABLE_NAME = 'ql_jobs'",
         )
     }
+
+
+def test_0006_gives_stored_jobs_no_bounds_and_a_count_of_zero(new_database: NewDatabase) -> None:
+    """Jobs stored before bounds existed get none (NULL start, end and max_runs), no
+    jitter and runs_done 0: they fire as before; new jobs store their bounds; the
+    downgrade drops the five columns and keeps the jobs."""
+    from datetime import UTC, datetime
+
+    from quartzlite.client import SchedulerClient
+
+    columns = ("start_at", "end_at", "max_runs", "jitter_s", "runs_done")
+
+    def ql_jobs_columns() -> list[str]:
+        return [row[0] for row in query(
+            url,
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = 'ql_jobs' ORDER BY ORDINAL_POSITION",
+        )]
+
+    url = new_database()
+    migrate.upgrade(url, "0005")
+    execute(
+        url,
+        "INSERT INTO ql_jobs (name, active_name, schedule, timezone, target_kind, command, "
+        "kwargs, max_attempts, retry_backoff_s, retry_max_backoff_s, misfire_policy, "
+        "misfire_grace_s, overrun_policy, recovery_policy, state, next_fire_at, created_at, "
+        "updated_at) VALUES ('old', 'old', '@every 1h', 'UTC', 'shell', 'true', '{}', 1, 1, "
+        "300, 'fire_once', 60, 'skip', 'rerun', 'idle', NOW(6), NOW(6), NOW(6))",
+    )
+
+    migrate.upgrade(url, "0006")
+
+    assert ql_jobs_columns()[-6:] == ["overrun_policy", *columns], "added last, in this order"
+    assert query(url, f"SELECT {', '.join(columns)} FROM ql_jobs") == [(None, None, None, 0.0, 0)]
+    client = SchedulerClient(url)
+    try:
+        old = client.get_job("old")
+        assert (old.spec.start_at, old.spec.end_at, old.spec.max_runs, old.spec.jitter_s) == (
+            None, None, None, 0.0)
+        assert (old.runs_done, old.finished) == (0, False)
+        start = datetime(2030, 1, 1, tzinfo=UTC)
+        new = client.add_job({"name": "new", "schedule": "@every 1h", "command": "true",
+                              "start_at": "2030-01-01T00:00:00Z", "max_runs": 2, "jitter_s": 1.5})
+        assert new.next_fire_at is not None
+        assert start <= new.next_fire_at
+        assert query(url, "SELECT start_at, max_runs, jitter_s FROM ql_jobs WHERE name = 'new'") == [
+            (start.replace(tzinfo=None), 2, 1.5)]
+    finally:
+        client.close()
+
+    migrate.downgrade(url, "0005")
+
+    assert query(url, "SELECT name FROM ql_jobs ORDER BY id") == [("old",), ("new",)]
+    assert ql_jobs_columns()[-1] == "overrun_policy"
+    assert not set(columns) & set(ql_jobs_columns())
 
 
 def test_upgrade_inserts_the_lock_rows_and_check_ready_accepts_it(

@@ -329,3 +329,183 @@ def test_recovery_reruns_a_bounded_number_of_times_or_skips() -> None:
     plan = planner.recover(skip, T0, 1, now)
     assert plan.attempt == 1
     assert plan.planned_at == T0 + timedelta(seconds=1)
+
+
+# -- bounds, max_runs and jitter ------------------------------------------------------------
+
+
+def test_the_first_fire_is_the_first_slot_at_or_after_start_at() -> None:
+    """Created (or resumed) at ``now``: a cron job fires at its first slot at or after
+    start_at; an ``@every`` job at start_at itself, then on start_at + k * period, also
+    when start_at has passed (not at now plus a period)."""
+    from quartzlite.client import first_fire
+
+    start = T0 + timedelta(hours=2, seconds=30)
+    cron = first_fire(spec(schedule="0 * * * * ?", start_at=start), T0)
+    assert (cron.planned_at, cron.slot_at) == (T0 + timedelta(hours=2, minutes=1),) * 2
+    exact = first_fire(spec(schedule="0 * * * * ?", start_at=T0 + timedelta(hours=2)), T0)
+    assert exact.slot_at == T0 + timedelta(hours=2), "a slot at start_at is the first"
+    every = first_fire(spec(schedule="@every 90s", start_at=start), T0)
+    assert every.slot_at == start
+    passed = first_fire(spec(schedule="@every 90s", start_at=T0 - timedelta(seconds=100)), T0)
+    assert passed.slot_at == T0 + timedelta(seconds=80), "on start_at + k * period, after now"
+    unbounded = first_fire(spec(schedule="@every 90s"), T0)
+    assert unbounded.slot_at == T0 + timedelta(seconds=90)
+
+
+def test_the_first_fire_refuses_an_end_at_before_the_next_slot_and_stops_at_max_runs() -> None:
+    from quartzlite.client import first_fire
+
+    with pytest.raises(ValidationError) as caught:
+        first_fire(spec(schedule="@every 1h", end_at=T0 + timedelta(minutes=30)), T0)
+    assert caught.value.field == "end_at"
+    assert "never fire" in caught.value.reason
+    within = first_fire(spec(schedule="@every 1h", end_at=T0 + timedelta(hours=1)), T0)
+    assert within.slot_at == T0 + timedelta(hours=1), "a slot at end_at fires"
+    done = first_fire(spec(schedule="@every 1h", max_runs=3), T0, runs_done=3)
+    assert (done.planned_at, done.slot_at) == (None, None), "finished: no next fire, no error"
+    left = first_fire(spec(schedule="@every 1h", max_runs=3), T0, runs_done=2)
+    assert left.slot_at == T0 + timedelta(hours=1)
+
+
+def test_no_slot_after_end_at_the_job_has_no_next_fire() -> None:
+    planner = SchedulePlanner()
+    job = spec(schedule=EVERY_SECOND, end_at=T0 + timedelta(seconds=2))
+    ended = T0 + timedelta(seconds=0.5)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, ended_at=ended), ended)
+    assert plan.slot_at == T0 + timedelta(seconds=1)
+    last = finished(job, RunStatus.SUCCEEDED, slot=T0 + timedelta(seconds=2),
+                    ended_at=T0 + timedelta(seconds=2.5))
+    plan = planner.after_run(job, last, T0 + timedelta(seconds=2.5))
+    assert (plan.planned_at, plan.slot_at, plan.missed) == (None, None, ())
+
+
+def test_slots_outside_the_bounds_are_never_recorded_missed() -> None:
+    """Slots that passed while the job could not run them are missed only within its
+    bounds: none after end_at (misfire, overrun, a lost node), none before start_at (a
+    triggered run before it goes on at start_at)."""
+    planner = SchedulePlanner()
+    end = T0 + timedelta(seconds=5)
+    now = T0 + timedelta(seconds=100)
+    for policy in MisfirePolicy:
+        job = spec(schedule=EVERY_SECOND, end_at=end, misfire_policy=policy, misfire_grace_s=1.0)
+        plan = planner.misfire(job, T0, now)
+        assert all(slot <= end for slot in plan.missed), policy
+        assert plan.missed_more == 0
+        assert plan.planned_at in (None, end), policy
+    overran = spec(schedule=EVERY_SECOND, end_at=end)
+    plan = planner.after_run(overran, finished(overran, RunStatus.SUCCEEDED, ended_at=now), now)
+    assert plan.planned_at is None
+    assert plan.missed == tuple(T0 + timedelta(seconds=i) for i in range(1, 6))
+    lost = spec(schedule=EVERY_SECOND, end_at=end, recovery_policy=RecoveryPolicy.SKIP)
+    plan = planner.recover(lost, T0, 1, now)
+    assert plan.planned_at == end, "fire_once: the latest slot within the bounds, late"
+    assert plan.missed == tuple(T0 + timedelta(seconds=i) for i in range(1, 5))
+    assert plan.missed_more == 0
+
+    start = T0 + timedelta(hours=1)
+    later = spec(schedule="0 * * * * ?", start_at=start)
+    triggered = finished(later, RunStatus.SUCCEEDED, slot=T0 + timedelta(seconds=7),
+                         ended_at=T0 + timedelta(seconds=8))
+    plan = planner.after_run(later, triggered, T0 + timedelta(seconds=8))
+    assert (plan.slot_at, plan.missed) == (start, ())
+    # A triggered run that overran start_at: the ~60 minutes before it were not due.
+    long_run = start + timedelta(minutes=2, seconds=30)
+    overran = finished(later, RunStatus.SUCCEEDED, slot=T0 + timedelta(seconds=7), ended_at=long_run)
+    plan = planner.after_run(later, overran, long_run)
+    assert plan.missed == (start, start + timedelta(minutes=1), start + timedelta(minutes=2))
+    assert plan.slot_at == start + timedelta(minutes=3)
+
+
+def test_max_runs_reached_the_job_has_no_next_fire() -> None:
+    """The slot counts once the job moves on from it: its last attempt, whatever the
+    outcome; a retry is the same run; the max_runs-th ends the job (nothing missed)."""
+    planner = SchedulePlanner(random.Random(1))
+    job = spec(schedule=EVERY_SECOND, max_runs=2, max_attempts=2)
+    first = planner.after_run(job, finished(job, RunStatus.SUCCEEDED), T0, runs_done=0)
+    assert (first.planned_at, first.counted) == (T0 + timedelta(seconds=1), True)
+    retry = planner.after_run(job, finished(job, RunStatus.FAILED), T0, runs_done=1)
+    assert (retry.slot_at, retry.attempt, retry.counted) == (T0, 2, False)
+    late = T0 + timedelta(seconds=5.5)
+    last = planner.after_run(job, finished(job, RunStatus.FAILED, attempt=2, ended_at=late), late,
+                             runs_done=1)
+    assert (last.planned_at, last.slot_at, last.missed, last.counted) == (None, None, (), True)
+    for status in (RunStatus.SUCCEEDED, RunStatus.TIMED_OUT, RunStatus.KILLED):
+        plan = planner.after_run(job, finished(job, status, attempt=2), T0, runs_done=1)
+        assert (plan.planned_at, plan.counted) == (None, True), status
+    cancelled = planner.after_run(job, finished(job, RunStatus.CANCELLED), T0, runs_done=1)
+    assert (cancelled.planned_at, cancelled.counted) == (T0 + timedelta(seconds=1), False)
+    skip = spec(schedule=EVERY_SECOND, max_runs=2, recovery_policy=RecoveryPolicy.SKIP)
+    lost = planner.recover(skip, T0, 1, T0 + timedelta(seconds=0.5), runs_done=1)
+    assert (lost.planned_at, lost.counted) == (None, True)
+    rerun = planner.recover(job, T0, 1, T0 + timedelta(seconds=0.5), runs_done=1)
+    assert (rerun.slot_at, rerun.counted) == (T0, False), "a rerun is the same run"
+    unlimited = planner.after_run(spec(), finished(spec(), RunStatus.SUCCEEDED), T0, runs_done=10**6)
+    assert unlimited.planned_at == T0 + timedelta(seconds=1)
+
+
+def test_jitter_is_a_stable_offset_within_jitter_s_per_job_and_slot() -> None:
+    """planned_at = slot + an offset in [0, jitter_s] at millisecond resolution, the same
+    from any planner (every node computes the same instant), different between slots
+    and between jobs; slot_at stays the schedule's slot."""
+    jitter_s = 30.0
+    job = spec(schedule="@every 1m", jitter_s=jitter_s)
+    now = T0 + timedelta(seconds=0.5)
+    offsets: dict[tuple[str, datetime], timedelta] = {}
+    for name in ("a", "b"):
+        named = spec(name=name, schedule="@every 1m", jitter_s=jitter_s)
+        for k in range(50):
+            slot = T0 + timedelta(minutes=k)
+            plans = [
+                planner.after_run(named, finished(named, RunStatus.SUCCEEDED, slot=slot), now)
+                for planner in (SchedulePlanner(random.Random(1)), SchedulePlanner(random.Random(2)))
+            ]
+            assert plans[0] == plans[1], "the same instant from every planner"
+            plan = plans[0]
+            assert plan.slot_at == slot + timedelta(minutes=1)
+            assert plan.planned_at is not None
+            assert plan.slot_at is not None
+            offset = plan.planned_at - plan.slot_at
+            assert timedelta(0) <= offset <= timedelta(seconds=jitter_s)
+            assert offset % timedelta(milliseconds=1) == timedelta(0)
+            offsets[name, plan.slot_at] = offset
+    assert len(set(offsets.values())) > 90, "offsets differ between slots and jobs"
+    slots = sorted({slot for _, slot in offsets})
+    assert [offsets["a", s] for s in slots] != [offsets["b", s] for s in slots]
+    # The first fire, the next slot after a run and a misfire fired once: one instant
+    # per slot, whichever path planned it.
+    from quartzlite.client import first_fire
+
+    start = T0 + timedelta(minutes=1)
+    first = first_fire(spec(schedule="@every 1m", jitter_s=jitter_s, start_at=start), T0)
+    after_run = SchedulePlanner().after_run(job, finished(job, RunStatus.SUCCEEDED), now)
+    misfired = SchedulePlanner().misfire(job, start, start + timedelta(seconds=61))
+    assert first.slot_at == after_run.slot_at == misfired.slot_at == start
+    assert first.planned_at == after_run.planned_at == misfired.planned_at
+    assert first.planned_at is not None
+    assert first.planned_at > start, "this slot's offset is not 0"
+
+
+def test_no_jitter_leaves_planned_at_on_the_slot() -> None:
+    planner = SchedulePlanner()
+    job = spec(schedule="@every 1m")
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED), T0)
+    assert plan.planned_at == plan.slot_at == T0 + timedelta(minutes=1)
+
+
+def test_retries_and_reruns_get_no_jitter() -> None:
+    planner = SchedulePlanner(random.Random(5))
+    job = spec(schedule="@every 1m", jitter_s=3600.0, max_attempts=3, retry_backoff_s=2.0)
+    now = T0 + timedelta(seconds=1)
+    retry = planner.after_run(job, finished(job, RunStatus.FAILED), now)
+    assert retry.slot_at == T0
+    assert retry.planned_at is not None
+    delay = (retry.planned_at - now).total_seconds()
+    assert 1.0 <= delay <= 2.0, "the backoff only"
+    rerun = planner.recover(job, T0, 1, now)
+    assert (rerun.planned_at, rerun.slot_at) == (now, T0)
+    never_started = planner.after_run(
+        job, Finished(fired=finished(job, RunStatus.ABANDONED).fired,
+                      outcome=Outcome(status=RunStatus.ABANDONED), ended_at=now, started_at=None),
+        now)
+    assert (never_started.planned_at, never_started.slot_at) == (now, T0)

@@ -117,7 +117,8 @@ hostile_value = st.one_of(
     st.dictionaries(hostile_text, hostile_text, max_size=3),
 )
 FIELDS = (
-    "name", "schedule", "timezone", "command", "callable", "kwargs", "timeout_s", "max_attempts",
+    "name", "schedule", "timezone", "start_at", "end_at", "max_runs", "jitter_s",
+    "command", "callable", "kwargs", "timeout_s", "max_attempts",
     "retry_backoff_s", "retry_max_backoff_s", "misfire_policy", "misfire_grace_s",
     "overrun_policy", "recovery_policy", "priority", "tags", "description", "paused",
 )

@@ -31,12 +31,16 @@ class Planner(Protocol):
     def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
         """A job found with slot ``slot_at`` later than its misfire grace."""
 
-    def after_run(self, spec: JobSpec, finished: Finished, now: datetime) -> Reschedule:
+    def after_run(
+        self, spec: JobSpec, finished: Finished, now: datetime, runs_done: int = 0
+    ) -> Reschedule:
         """Where a job goes once a run ended (retry, next slot, misfire of passed slots,
-        or, for a run its node gave up, a rerun or the recovery policy)."""
+        or, for a run its node gave up, a rerun or the recovery policy). ``runs_done``:
+        the slots the job ran before this one; ``Reschedule.counted`` says whether this
+        one counts (``max_runs``)."""
 
     def recover(
-        self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime
+        self, spec: JobSpec, slot_at: datetime, attempt: int, now: datetime, runs_done: int = 0
     ) -> Reschedule:
         """Where a job goes when its run was abandoned (its node died)."""
 
@@ -48,7 +52,7 @@ class SpecCache:
     """Job definitions this node has read, by job id, each with the ``updated_at`` of the
     row it was read from. Every write that changes a definition (put, pause, resume,
     trigger, delete, quarantine) stamps ``updated_at`` under the job lock, so a row with
-    the same stamp holds the same definition and is not read again: parsing a job's 27
+    the same stamp holds the same definition and is not read again: parsing a job's 31
     definition columns on every prepare and every result was the largest part of the
     node's CPU per run. Bounded: the oldest entries go first. Shared by the node's
     stores; a dict read or write is atomic, so no lock."""
@@ -93,9 +97,10 @@ SPEC_COLUMNS = [
     jobs.c.command, jobs.c.callable, jobs.c.kwargs, jobs.c.timeout_s, jobs.c.max_attempts,
     jobs.c.retry_backoff_s, jobs.c.retry_max_backoff_s, jobs.c.misfire_policy,
     jobs.c.misfire_grace_s, jobs.c.overrun_policy, jobs.c.recovery_policy, jobs.c.priority,
-    jobs.c.tags,
+    jobs.c.tags, jobs.c.start_at, jobs.c.end_at, jobs.c.max_runs, jobs.c.jitter_s,
     jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
     jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
+    jobs.c.runs_done,
 ]
 
 #: What the scanner reads of each due job: its definition comes from the node's
@@ -108,7 +113,7 @@ SCAN_COLUMNS = [
 #: What the results transaction reads of each job (its definition likewise).
 RESULT_COLUMNS = [
     jobs.c.id, jobs.c.name, jobs.c.state, jobs.c.fire_id, jobs.c.owner_session,
-    jobs.c.updated_at,
+    jobs.c.updated_at, jobs.c.runs_done,
 ]
 
 

@@ -194,7 +194,7 @@ class Recovery(StoreBase):
                     )
                 )
             try:
-                plan = planner.recover(spec, slot_at, attempt, now)
+                plan = planner.recover(spec, slot_at, attempt, now, row["runs_done"])
             except Exception as error:  # noqa: BLE001 - one job never stops a node
                 poisoned.append((row, error))
                 continue
@@ -202,5 +202,6 @@ class Recovery(StoreBase):
             if missed:
                 conn.execute(insert(runs).prefix_with("IGNORE"), missed)
             transitions.abandon(conn, job_id=row["id"], fire_id=row["fire_id"],
-                                planned_at=plan.planned_at, slot_at=plan.slot_at, attempt=plan.attempt)
+                                planned_at=plan.planned_at, slot_at=plan.slot_at, attempt=plan.attempt,
+                                runs_done=row["runs_done"] + (1 if plan.counted else 0))
         self._quarantine(conn, poisoned, now)

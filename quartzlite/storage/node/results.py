@@ -88,7 +88,7 @@ class Results(StoreBase):
                 ):
                     continue
                 try:
-                    plan = planner.after_run(spec, item, now)
+                    plan = planner.after_run(spec, item, now, row["runs_done"])
                 except Exception as error:  # noqa: BLE001 - one job never stops a node
                     poisoned.append((row, error))
                     continue
@@ -98,6 +98,8 @@ class Results(StoreBase):
                         "id": p.job_id, "fire_id": p.fire_id,
                         "last_ended_at": rows.to_db(item.ended_at),
                         **self._next_values(plan),
+                        # Read under this row's lock: no other writer counts its runs.
+                        "runs_done": row["runs_done"] + (1 if plan.counted else 0),
                     }
                 )
             # One statement per table for the whole batch (not one per run): the job
