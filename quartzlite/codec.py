@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from quartzlite.models import Job, JobSpec, Run, Session
+from quartzlite.models import Calendar, CalendarRules, Job, JobSpec, Run, Session
 
 
 def iso(value: datetime | None) -> str | None:
@@ -36,6 +36,28 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "tags": list(spec.tags),
         "description": spec.description,
         "paused": spec.paused,
+        "calendars": list(spec.calendars),
+    }
+
+
+def calendar_rules_to_dict(rules: CalendarRules) -> dict[str, Any]:
+    """A calendar's rules as JSON: ranges as ``{"from": ..., "to": ...}`` objects."""
+    return {
+        "dates": list(rules.dates),
+        "yearly": list(rules.yearly),
+        "ranges": [{"from": low, "to": high} for low, high in rules.ranges],
+        "windows": list(rules.windows),
+    }
+
+
+def calendar_to_dict(calendar: Calendar) -> dict[str, Any]:
+    return {
+        "name": calendar.name,
+        "timezone": calendar.timezone,
+        "description": calendar.description,
+        "rules": calendar_rules_to_dict(calendar.rules),
+        "created_at": iso(calendar.created_at),
+        "updated_at": iso(calendar.updated_at),
     }
 
 

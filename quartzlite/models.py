@@ -58,10 +58,41 @@ class JobSpec:
     tags: tuple[str, ...] = ()
     description: str = ""
     paused: bool = False
+    #: Names of the exclusion calendars (:class:`Calendar`) whose excluded times the
+    #: job's slots skip (sorted, without repeats).
+    calendars: tuple[str, ...] = ()
 
     @property
     def target_kind(self) -> TargetKind:
         return TargetKind.SHELL if self.command is not None else TargetKind.PYTHON
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalendarRules:
+    """What an exclusion calendar excludes, each in the calendar's timezone: whole local
+    days (``dates``: ``YYYY-MM-DD``; ``yearly``: ``MM-DD`` every year; ``ranges``:
+    inclusive ``(from, to)`` pairs of ``YYYY-MM-DD``) and the instants whose wall time
+    matches a cron or Quartz expression (``windows``), at its precision. Normalised by
+    :func:`quartzlite.schedule.calendars.parse_rules` (sorted, without repeats)."""
+
+    dates: tuple[str, ...] = ()
+    yearly: tuple[str, ...] = ()
+    ranges: tuple[tuple[str, str], ...] = ()
+    windows: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calendar:
+    """A named exclusion calendar (Quartz's HolidayCalendar, AnnualCalendar and
+    CronCalendar in one): the slots of a job that names it and fall in an excluded
+    time are skipped (never fired, never recorded missed)."""
+
+    name: str
+    timezone: str = "UTC"
+    description: str = ""
+    rules: CalendarRules = field(default_factory=CalendarRules)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, NoReturn
@@ -35,6 +35,14 @@ from zoneinfo import ZoneInfo
 
 from quartzlite.enums import MisfirePolicy, OverrunPolicy
 from quartzlite.errors import ValidationError
+from quartzlite.schedule.calendars import (
+    Calendar,
+    ExclusionError,
+    _ExcludingTiming,
+    combine,
+    compile_calendar,
+    parse_rules,
+)
 from quartzlite.schedule.cron import (
     _parse_cron,
     _schedule_error,
@@ -67,13 +75,18 @@ __all__ = [
     "MAX_EVERY",
     "MIN_EVERY",
     "MAX_JITTER_S",
+    "Calendar",
+    "ExclusionError",
     "FirePlan",
     "Schedule",
     "check_instant",
+    "compile_calendar",
     "first_slot",
     "jitter_offset",
     "jittered",
+    "next_slot",
     "parse_duration",
+    "parse_rules",
     "parse_schedule",
     "plan_next",
     "preview",
@@ -347,22 +360,47 @@ def _bounded(
     )
 
 
+def _job_timing(
+    schedule: Schedule, start_at: datetime | None, end_at: datetime | None,
+    calendars: Sequence[Calendar],
+) -> _Timing:
+    """A job's slots: its schedule's within its bounds, without those its calendars
+    exclude."""
+    timing = _bounded(schedule, start_at, end_at)
+    calendar = combine(calendars)
+    return timing if calendar is None else _ExcludingTiming(timing, calendar)
+
+
+def next_slot(
+    schedule: Schedule, after: datetime, *, calendars: Sequence[Calendar] = ()
+) -> datetime | None:
+    """The schedule's first slot strictly after ``after`` that ``calendars`` do not
+    exclude (:class:`ExclusionError` when they exclude too many in a row)."""
+    return _job_timing(schedule, None, None, calendars).next_after(_as_utc(after, "after"))
+
+
 def first_slot(
     schedule: Schedule,
     now: datetime,
     *,
     start_at: datetime | None = None,
     end_at: datetime | None = None,
+    calendars: Sequence[Calendar] = (),
 ) -> datetime | None:
     """The first slot of a job strictly after ``now``, at or after ``start_at`` and at or
-    before ``end_at`` (UTC); None when there is none. For ``@every`` with ``start_at``,
-    the slots are ``start_at + k * period`` (``start_at`` itself when it is ahead);
-    without it, ``now`` plus a period."""
+    before ``end_at`` (UTC), that ``calendars`` do not exclude; None when there is none.
+    For ``@every`` with ``start_at``, the slots are ``start_at + k * period``
+    (``start_at`` itself when it is ahead); without it, ``now`` plus a period."""
     timing = _bounded(schedule, start_at, end_at)
     now = _as_utc(now, "now")
     if isinstance(timing, _BoundedTiming):
-        return timing.first_after(now)
-    return timing.next_after(now)
+        first = timing.first_after(now)
+    else:
+        first = timing.next_after(now)
+    calendar = combine(calendars)
+    if calendar is None:
+        return first
+    return _ExcludingTiming(timing, calendar).skip(first)
 
 
 def jitter_offset(key: str, slot: datetime, jitter_s: float) -> timedelta:
@@ -396,14 +434,16 @@ def preview(
     *,
     start_at: datetime | None = None,
     end_at: datetime | None = None,
+    calendars: Sequence[Calendar] = (),
 ) -> list[datetime]:
     """The next ``count`` fire instants strictly after ``start``, as aware datetimes in the
     schedule's timezone (fewer if the schedule stops firing); with ``start_at`` and
-    ``end_at``, a job's slots within its bounds."""
+    ``end_at``, a job's slots within its bounds; with ``calendars``, without the slots
+    they exclude."""
     result: list[datetime] = []
     current: datetime | None = _as_utc(start, "start")
     zone = schedule._zone
-    timing = _bounded(schedule, start_at, end_at)
+    timing = _job_timing(schedule, start_at, end_at, calendars)
     while len(result) < count:
         assert current is not None
         current = timing.next_after(current)
@@ -436,6 +476,7 @@ def plan_next(
     overrun: OverrunPolicy = OverrunPolicy.CATCH_UP,
     start_at: datetime | None = None,
     end_at: datetime | None = None,
+    calendars: Sequence[Calendar] = (),
 ) -> FirePlan:
     """Decide the next fire after the slot ``after`` given the current instant ``now``.
 
@@ -457,6 +498,10 @@ def plan_next(
     due (it is neither fired nor missed), none after ``end_at`` exists (``next_fire_at``
     is None once the next slot would lie past it).
 
+    ``calendars`` exclude slots: an excluded slot does not exist for the job (it is
+    neither fired nor missed, and the counts leave it out); :class:`ExclusionError` when
+    they exclude :data:`~quartzlite.schedule.calendars.MAX_SKIPS` slots in a row.
+
     At most ``max_missed`` missed slots (the oldest) are materialised; ``missed_more`` counts
     the rest exactly: arithmetically for ``@every`` and, for cron, per matching day from the
     time-of-day product (slots are walked one by one only within a few hours of a DST
@@ -472,7 +517,7 @@ def plan_next(
         grace_s = 0.0  # every slot the run overran is skipped, however recent
     start = _as_utc(after, "after")
     threshold = _as_utc(now, "now") - timedelta(seconds=grace_s)
-    timing = _bounded(schedule, start_at, end_at)
+    timing = _job_timing(schedule, start_at, end_at, calendars)
 
     first = timing.next_after(start)
     if first is None or first > threshold:
