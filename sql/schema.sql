@@ -11,7 +11,7 @@
 -- then run this file in it (mysql quartzlite < sql/schema.sql). Every table states its
 -- engine and character set, so the database's defaults do not matter.
 --
--- The last statements record the schema revision (0006) in ql_alembic_version, so
+-- The last statements record the schema revision (0007) in ql_alembic_version, so
 -- that a later `quartzlite db upgrade` continues from here. The two rows of ql_locks are
 -- required: a node refuses to start without them.
 
@@ -79,6 +79,7 @@ CREATE TABLE ql_jobs (
     max_runs INTEGER,
     jitter_s DOUBLE NOT NULL DEFAULT 0,
     runs_done INTEGER NOT NULL DEFAULT 0,
+    calendars VARCHAR(1040) NOT NULL DEFAULT '',
     PRIMARY KEY (id),
     CONSTRAINT uq_ql_jobs_active_name UNIQUE (active_name)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
@@ -110,6 +111,19 @@ CREATE INDEX ix_ql_runs_job_name ON ql_runs (job_name, id);
 CREATE INDEX ix_ql_runs_planned ON ql_runs (planned_at);
 CREATE INDEX ix_ql_runs_session ON ql_runs (session_id, status);
 CREATE INDEX ix_ql_runs_status ON ql_runs (status, planned_at);
+
+-- ql_calendars
+CREATE TABLE ql_calendars (
+    id BIGINT NOT NULL AUTO_INCREMENT,
+    name VARCHAR(128) NOT NULL,
+    description VARCHAR(1024) NOT NULL DEFAULT '',
+    timezone VARCHAR(64) NOT NULL,
+    rules TEXT NOT NULL,
+    created_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (id),
+    CONSTRAINT uq_ql_calendars_name UNIQUE (name)
+) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 
 -- ql_tokens
 CREATE TABLE ql_tokens (
@@ -146,6 +160,6 @@ CREATE TABLE ql_alembic_version (
     version_num VARCHAR(32) NOT NULL,
     CONSTRAINT ql_alembic_version_pkc PRIMARY KEY (version_num)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
-INSERT INTO ql_alembic_version (version_num) VALUES ('0006');
+INSERT INTO ql_alembic_version (version_num) VALUES ('0007');
 
 COMMIT;

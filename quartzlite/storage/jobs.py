@@ -1,8 +1,8 @@
 """Management queries: what the client (library, CLI, HTTP API) does to jobs and runs.
 
 Every write takes the job lock first (``UPDATE ql_locks ... WHERE name='job'``, which
-also bumps the lock's version so that nodes notice the change at their next
-heartbeat), so a management write never races a node's prepare or fire, and reads the
+also bumps the lock's version: each node's watch reads it every poll and, when it
+moved, reads the exclusion calendars again), so a management write never races a node's prepare or fire, and reads the
 job it changes with ``FOR UPDATE``, so it never races a node's result (recorded under
 row locks, not the job lock) either. Each is one transaction: on any error nothing is
 written. The one
@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,17 +27,18 @@ from sqlalchemy.sql.elements import TextClause
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import Conflict, NotFound, SchemaError, TransientStoreError, ValidationError
-from quartzlite.models import Job, JobSpec, Page, Pruned, Reschedule, Run, Session
+from quartzlite.models import Calendar, Job, JobSpec, Page, Pruned, Reschedule, Run, Session
 from quartzlite.storage import rows, transitions
 from quartzlite.storage.engine import Database, Tx
-from quartzlite.storage.tables import jobs, locks, runs, sessions
+from quartzlite.storage.tables import calendars, jobs, locks, runs, sessions
 
-#: Given a spec, the database's now and the slots the job has run (``runs_done``), where
-#: it goes first: its planned instant and slot (None: no next fire, the job is finished).
-FirstFire = Callable[[JobSpec, datetime, int], Reschedule]
+#: Given a spec, the database's now, the slots the job has run (``runs_done``) and the
+#: calendars it names (read in the same transaction), where it goes first: its planned
+#: instant and slot (None: no next fire, the job is finished).
+FirstFire = Callable[[JobSpec, datetime, int, Sequence[Calendar]], Reschedule]
 
 #: The fields whose change plans a job's next fire anew (from now).
-TIMING_FIELDS = ("schedule", "timezone", "start_at", "end_at", "max_runs", "jitter_s")
+TIMING_FIELDS = ("schedule", "timezone", "start_at", "end_at", "max_runs", "jitter_s", "calendars")
 
 
 def take_job_lock(conn: Connection) -> None:
@@ -47,6 +48,34 @@ def take_job_lock(conn: Connection) -> None:
     )
     if result.rowcount != 1:
         raise SchemaError("the job lock row is missing from ql_locks: run `quartzlite db upgrade`")
+
+
+#: The most calendars read at once (the table is small: nodes read it whole).
+MAX_CALENDARS = 10_000
+
+
+def read_all(conn: Connection) -> list[Calendar]:
+    """Every calendar (one SELECT)."""
+    found = conn.execute(
+        select(calendars).order_by(calendars.c.name).limit(MAX_CALENDARS)
+    ).mappings()
+    return [rows.calendar_from_row(r) for r in found]
+
+
+def read_named(conn: Connection, names: Iterable[str], *, field: str = "calendars") -> list[Calendar]:
+    """The calendars named ``names``, in that order; a :class:`ValidationError` naming
+    ``field`` when one does not exist."""
+    wanted = list(dict.fromkeys(names))
+    if not wanted:
+        return []
+    found = {
+        r["name"]: rows.calendar_from_row(r)
+        for r in conn.execute(select(calendars).where(calendars.c.name.in_(wanted))).mappings()
+    }
+    for name in wanted:
+        if name not in found:
+            raise ValidationError(field, f"unknown calendar {name!r}: create it first")
+    return [found[name] for name in wanted]
 
 
 def db_now(conn: Connection) -> datetime:
@@ -263,7 +292,7 @@ class JobStore:
                 if t.after_unknown and rows.spec_from_row(existing) == spec:
                     return rows.job_from_row(existing)  # our own earlier commit
                 raise Conflict(f"a job named {spec.name!r} exists", details={"job": spec.name})
-            return self._insert(t.conn, spec, planner)
+            return self._insert(t.conn, spec, planner, read_named(t.conn, spec.calendars))
 
         return self.db.transaction(tx, name="add_job")
 
@@ -287,9 +316,24 @@ class JobStore:
                 raise Conflict(
                     f"{len(taken)} job name(s) exist, e.g. {first!r}", details={"job": first}
                 )
+            named = {n for s in specs for n in s.calendars}
+            known = {
+                c.name: c for c in (
+                    rows.calendar_from_row(r) for r in t.conn.execute(
+                        select(calendars).where(calendars.c.name.in_(sorted(named)))
+                    ).mappings()
+                )
+            } if named else {}
+            for index, s in enumerate(specs):
+                for name in s.calendars:
+                    if name not in known:
+                        raise ValidationError(
+                            f"jobs[{index}].calendars", f"unknown calendar {name!r}: create it first"
+                        )
             now = db_now(t.conn)
             values = [
-                self._insert_values(s, planner, now) for s in specs if s.name not in taken
+                self._insert_values(s, planner, now, [known[n] for n in s.calendars])
+                for s in specs if s.name not in taken
             ]
             for start in range(0, len(values), 1000):
                 t.conn.execute(jobs.insert(), values[start : start + 1000])
@@ -304,11 +348,12 @@ class JobStore:
         def tx(t: Tx) -> tuple[Job, bool]:
             take_job_lock(t.conn)
             existing = self._find(t.conn, spec.name, lock=True)
+            named = read_named(t.conn, spec.calendars)
             if existing is None:
-                return self._insert(t.conn, spec, planner), True
+                return self._insert(t.conn, spec, planner, named), True
             if rows.spec_from_row(existing) == spec:
                 return rows.job_from_row(existing), False
-            return self._replace(t.conn, existing, spec, planner), True
+            return self._replace(t.conn, existing, spec, planner, named), True
 
         return self.db.transaction(tx, name="upsert_job")
 
@@ -321,9 +366,10 @@ class JobStore:
             take_job_lock(t.conn)
             existing = self._row(t.conn, name, lock=True)
             new = change(rows.spec_from_row(existing))
+            named = read_named(t.conn, new.calendars)
             if rows.spec_from_row(existing) == new:
                 return rows.job_from_row(existing), False
-            return self._replace(t.conn, existing, new, planner), True
+            return self._replace(t.conn, existing, new, planner, named), True
 
         return self.db.transaction(tx, name="update_job")
 
@@ -391,9 +437,9 @@ class JobStore:
                 values["error"] = None  # a quarantined job is given another chance
             if not paused and existing["state"] == JobState.IDLE.value:
                 spec = rows.spec_from_row(existing)
-                values.update(self._first_values(
-                    planner(spec, db_now(t.conn), existing["runs_done"])
-                ))
+                values.update(self._first_values(planner(
+                    spec, db_now(t.conn), existing["runs_done"], read_named(t.conn, spec.calendars)
+                )))
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
             if paused:
                 transitions.hand_back(t.conn, jobs.c.id == existing["id"])
@@ -421,23 +467,32 @@ class JobStore:
             "next_attempt": 1,
         }
 
-    def _insert_values(self, spec: JobSpec, planner: FirstFire, now: datetime) -> dict[str, Any]:
+    def _insert_values(
+        self, spec: JobSpec, planner: FirstFire, now: datetime, named: Sequence[Calendar]
+    ) -> dict[str, Any]:
         return {
             **rows.spec_values(spec),
             "active_name": spec.name,
             **transitions.created(),
-            **self._first_values(planner(spec, now, 0)),
+            **self._first_values(planner(spec, now, 0, named)),
             "created_at": rows.to_db(now),
             "updated_at": rows.to_db(now),
         }
 
-    def _insert(self, conn: Connection, spec: JobSpec, planner: FirstFire) -> Job:
-        result = conn.execute(jobs.insert().values(**self._insert_values(spec, planner, db_now(conn))))
+    def _insert(
+        self, conn: Connection, spec: JobSpec, planner: FirstFire, named: Sequence[Calendar]
+    ) -> Job:
+        result = conn.execute(
+            jobs.insert().values(**self._insert_values(spec, planner, db_now(conn), named))
+        )
         key = result.inserted_primary_key
         assert key is not None
         return self._by_id(conn, int(key[0]))
 
-    def _replace(self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: FirstFire) -> Job:
+    def _replace(
+        self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: FirstFire,
+        named: Sequence[Calendar],
+    ) -> Job:
         old = rows.spec_from_row(existing)
         values: dict[str, Any] = {**rows.spec_values(spec), "updated_at": func.now(6)}
         if not spec.paused:
@@ -451,7 +506,9 @@ class JobStore:
         if state == JobState.IDLE.value and (timing_changed or (old.paused and not spec.paused)):
             # runs_done is kept: a job that ran max_runs slots stays finished unless
             # max_runs is raised.
-            values.update(self._first_values(planner(spec, db_now(conn), existing["runs_done"])))
+            values.update(self._first_values(
+                planner(spec, db_now(conn), existing["runs_done"], named)
+            ))
         conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
         return self._by_id(conn, existing["id"])
 

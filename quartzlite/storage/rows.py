@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from quartzlite.clock import utc
-from quartzlite.codec import spec_to_dict
+from quartzlite.codec import calendar_rules_to_dict, spec_to_dict
 from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
-from quartzlite.models import Job, JobSpec, Run, Session
+from quartzlite.models import Calendar, CalendarRules, Job, JobSpec, Run, Session
 
 #: A database row as SQLAlchemy hands it over (RowMapping), or any mapping like it.
 Row = Mapping[Any, Any]
@@ -41,6 +41,7 @@ def spec_values(spec: JobSpec) -> dict[str, Any]:
         "target_kind": spec.target_kind.value,
         "kwargs": json.dumps(spec.kwargs, sort_keys=True, separators=(",", ":")),
         "tags": join_tags(spec.tags),
+        "calendars": join_tags(spec.calendars),
         "start_at": to_db(spec.start_at),
         "end_at": to_db(spec.end_at),
     }
@@ -70,6 +71,42 @@ def spec_from_row(row: Row) -> JobSpec:
         tags=split_tags(row["tags"]),
         description=row["description"],
         paused=bool(row["paused"]),
+        calendars=split_tags(row["calendars"]),
+    )
+
+
+def calendar_values(calendar: Calendar) -> dict[str, Any]:
+    """The columns a calendar fills (its rules as a JSON object)."""
+    return {
+        "name": calendar.name,
+        "description": calendar.description,
+        "timezone": calendar.timezone,
+        "rules": json.dumps(calendar_rules_to_dict(calendar.rules), sort_keys=True,
+                            separators=(",", ":")),
+    }
+
+
+def calendar_from_row(row: Row) -> Calendar:
+    """A stored calendar, its rules as stored (the engine checks them again when it
+    compiles them: a row edited by hand fails there, naming the calendar)."""
+    data = json.loads(row["rules"] or "{}")
+    if not isinstance(data, dict):
+        data = {}
+    return Calendar(
+        name=row["name"],
+        timezone=row["timezone"],
+        description=row["description"],
+        rules=CalendarRules(
+            dates=tuple(map(str, data.get("dates") or ())),
+            yearly=tuple(map(str, data.get("yearly") or ())),
+            ranges=tuple(
+                (str(r.get("from")), str(r.get("to")))
+                for r in data.get("ranges") or () if isinstance(r, dict)
+            ),
+            windows=tuple(map(str, data.get("windows") or ())),
+        ),
+        created_at=utc(row["created_at"]),
+        updated_at=utc(row["updated_at"]),
     )
 
 

@@ -123,6 +123,9 @@ jobs = Table(
     # Slots the job has run to their end (counted by the results transaction and
     # recovery); never reset, not even when max_runs or the schedule changes.
     Column("runs_done", Integer, nullable=False, server_default=text("0")),
+    # Names of the job's exclusion calendars (ql_calendars.name), sorted, comma-joined;
+    # '' = none (added by 0007, hence last).
+    Column("calendars", String(1040), nullable=False, server_default=text("''")),
     UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
     # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
     Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),
@@ -158,6 +161,22 @@ runs = Table(
     Index("ix_ql_runs_status", "status", "planned_at"),
     Index("ix_ql_runs_session", "session_id", "status"),
     Index("ix_ql_runs_planned", "planned_at"),
+    **_TABLE_ARGS,
+)
+
+#: Exclusion calendars, by name (a small table: nodes read it whole when the job lock's
+#: version moves). ``rules``: a JSON object (dates, yearly, ranges, windows).
+calendars = Table(
+    "ql_calendars",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False),
+    Column("description", String(1024), nullable=False, server_default=text("''")),
+    Column("timezone", String(64), nullable=False),
+    Column("rules", Text, nullable=False),
+    _instant("created_at", nullable=False),
+    _instant("updated_at", nullable=False),
+    UniqueConstraint("name", name="uq_ql_calendars_name"),
     **_TABLE_ARGS,
 )
 

@@ -246,6 +246,7 @@ def test_0006_gives_stored_jobs_no_bounds_and_a_count_of_zero(new_database: NewD
 
     assert ql_jobs_columns()[-6:] == ["overrun_policy", *columns], "added last, in this order"
     assert query(url, f"SELECT {', '.join(columns)} FROM ql_jobs") == [(None, None, None, 0.0, 0)]
+    migrate.upgrade(url)  # the client reads the columns of head
     client = SchedulerClient(url)
     try:
         old = client.get_job("old")
@@ -267,6 +268,56 @@ def test_0006_gives_stored_jobs_no_bounds_and_a_count_of_zero(new_database: NewD
     assert query(url, "SELECT name FROM ql_jobs ORDER BY id") == [("old",), ("new",)]
     assert ql_jobs_columns()[-1] == "overrun_policy"
     assert not set(columns) & set(ql_jobs_columns())
+
+
+def test_0007_adds_calendars_and_gives_stored_jobs_none(new_database: NewDatabase) -> None:
+    """Jobs stored before calendars existed name none ('') and fire as before; the
+    client stores calendars and jobs naming them; the downgrade drops ql_calendars and
+    the column and keeps the jobs."""
+    from quartzlite.client import SchedulerClient
+
+    def ql_jobs_columns() -> list[str]:
+        return [row[0] for row in query(
+            url,
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = 'ql_jobs' ORDER BY ORDINAL_POSITION",
+        )]
+
+    url = new_database()
+    migrate.upgrade(url, "0006")
+    execute(
+        url,
+        "INSERT INTO ql_jobs (name, active_name, schedule, timezone, target_kind, command, "
+        "kwargs, max_attempts, retry_backoff_s, retry_max_backoff_s, misfire_policy, "
+        "misfire_grace_s, overrun_policy, recovery_policy, state, next_fire_at, created_at, "
+        "updated_at) VALUES ('old', 'old', '@every 1h', 'UTC', 'shell', 'true', '{}', 1, 1, "
+        "300, 'fire_once', 60, 'skip', 'rerun', 'idle', NOW(6), NOW(6), NOW(6))",
+    )
+    assert "ql_calendars" not in table_names(url)
+
+    migrate.upgrade(url, "0007")
+
+    assert "ql_calendars" in table_names(url)
+    assert ql_jobs_columns()[-2:] == ["runs_done", "calendars"], "added last"
+    assert query(url, "SELECT calendars FROM ql_jobs") == [("",)]
+    client = SchedulerClient(url)
+    try:
+        assert client.get_job("old").spec.calendars == ()
+        client.add_calendar({"name": "holidays", "rules": {"dates": ["2030-12-25"]}})
+        client.add_job({"name": "new", "schedule": "@every 1h", "command": "true",
+                        "calendars": ["holidays"]})
+        assert query(url, "SELECT calendars FROM ql_jobs WHERE name = 'new'") == [("holidays",)]
+        assert query(url, "SELECT name, timezone, rules FROM ql_calendars") == [
+            ("holidays", "UTC",
+             '{"dates":["2030-12-25"],"ranges":[],"windows":[],"yearly":[]}')]
+    finally:
+        client.close()
+
+    migrate.downgrade(url, "0006")
+
+    assert query(url, "SELECT name FROM ql_jobs ORDER BY id") == [("old",), ("new",)]
+    assert ql_jobs_columns()[-1] == "runs_done"
+    assert "ql_calendars" not in table_names(url)
 
 
 def test_upgrade_inserts_the_lock_rows_and_check_ready_accepts_it(
