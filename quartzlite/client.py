@@ -27,6 +27,7 @@ from quartzlite.enums import (
 from quartzlite.errors import AuthError, ValidationError
 from quartzlite.models import (
     AuditEntry,
+    Calendar,
     Job,
     JobSpec,
     Page,
@@ -38,9 +39,11 @@ from quartzlite.models import (
 )
 from quartzlite.storage import migrate
 from quartzlite.storage.auth import AuditStore, TokenStore
+from quartzlite.storage.calendars import CalendarStore
 from quartzlite.storage.engine import Database
 from quartzlite.storage.jobs import JobFilter, JobStore, RunFilter
 from quartzlite.validation import (
+    NAME_RE,
     check_unicode,
     type_name,
     validate_callable,
@@ -59,10 +62,13 @@ MAX_PAGE = 1000
 #: The largest ``max_runs`` (an INT column).
 MAX_RUNS = 2_147_483_647
 MAX_JITTER_S = schedules.MAX_JITTER_S
+#: The most calendars a job names.
+MAX_JOB_CALENDARS = 8
 
 E = TypeVar("E", MisfirePolicy, OverrunPolicy, RecoveryPolicy)
 
 SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+CALENDAR_FIELDS = ("name", "timezone", "description", "rules")
 
 
 def _number(field: str, value: object, *, low: float, high: float, low_open: bool = False) -> float:
@@ -123,6 +129,65 @@ def _choice(field: str, value: object, enum: type[E]) -> E:
     return enum(value)
 
 
+
+
+def validate_calendar_names(field: str, value: object) -> tuple[str, ...]:
+    """A list of calendar names, sorted, without repeats."""
+    if not isinstance(value, (list, tuple)):
+        raise ValidationError(field, f"must be a list of calendar names, not {type_name(value)}")
+    names: set[str] = set()
+    for item in value:
+        if not isinstance(item, str) or not NAME_RE.fullmatch(item):
+            raise ValidationError(
+                field, f"{str(item)[:60]!r} is not a calendar name (1-128 letters, digits, '.', "
+                "'_' or '-', starting with a letter or digit)",
+            )
+        names.add(item)
+    if len(names) > MAX_JOB_CALENDARS:
+        raise ValidationError(field, f"at most {MAX_JOB_CALENDARS} calendars, got {len(names)}")
+    return tuple(sorted(names))
+
+
+def build_calendar(data: Mapping[str, Any]) -> Calendar:
+    """Validate user input into a :class:`Calendar` (name, timezone, description,
+    rules). Raises :class:`ValidationError` naming the first bad field
+    (``rules.dates[1]``, ``timezone``, ...)."""
+    if not isinstance(data, Mapping):
+        raise ValidationError("body", f"must be an object, not {type_name(data)}")
+    for key in data:
+        if key not in CALENDAR_FIELDS:
+            raise ValidationError(
+                str(key)[:40], f"unknown field (allowed: {', '.join(CALENDAR_FIELDS)})"
+            )
+    if data.get("name") is None:
+        raise ValidationError("name", "is required")
+    name = validate_name(data["name"])
+    timezone = validate_text("timezone", data.get("timezone", "UTC"), max_chars=64)
+    schedules.parse_schedule("@every 1s", timezone)  # the timezone exists (or says why not)
+    if "rules" not in data:
+        raise ValidationError("rules", "is required: give dates, yearly, ranges or windows")
+    return Calendar(
+        name=name,
+        timezone=timezone,
+        description=validate_text(
+            "description", data.get("description", ""), max_chars=1024, allow_empty=True
+        ),
+        rules=schedules.parse_rules(data["rules"]),
+    )
+
+
+def _engines(calendars: Sequence[Calendar]) -> list[schedules.Calendar]:
+    """The engines of a job's calendars; one that no longer compiles (a row edited by
+    hand) is a ValidationError naming ``calendars``."""
+    found = []
+    for c in calendars:
+        try:
+            found.append(schedules.compile_calendar(c.name, c.timezone, c.rules))
+        except ValidationError as error:
+            raise ValidationError(
+                "calendars", f"calendar {c.name!r} cannot be used: {error.message}"
+            ) from None
+    return found
 
 
 def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSpec:
@@ -188,6 +253,7 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
             "description", merged.get("description", ""), max_chars=1024, allow_empty=True
         ),
         paused=paused,
+        calendars=validate_calendar_names("calendars", merged.get("calendars", ())),
     )
 
 
@@ -252,31 +318,50 @@ def _target(merged: Mapping[str, Any]) -> tuple[str | None, str | None, dict[str
     return command, target, kwargs
 
 
-def first_fire(spec: JobSpec, now: datetime, runs_done: int = 0) -> Reschedule:
-    """Where a job created or rescheduled (its schedule or bounds changed) at ``now``
-    goes first: its first slot after now, at or after ``start_at`` (for ``@every``: on
-    ``start_at + k * period``), planned at the slot plus its jitter. A job that ran
-    ``max_runs`` slots (``runs_done``) has no next fire (it is finished); a definition
-    with no slot left (an ``@at`` in the past, an ``end_at`` before the next slot) is
-    refused, naming the field."""
-    return _first_fire(spec, now, runs_done, refuse_ended=True)
+def first_fire(
+    spec: JobSpec, now: datetime, runs_done: int = 0, calendars: Sequence[Calendar] = ()
+) -> Reschedule:
+    """Where a job created or rescheduled (its schedule, bounds or calendars changed) at
+    ``now`` goes first: its first slot after now, at or after ``start_at`` (for
+    ``@every``: on ``start_at + k * period``) and not excluded by its ``calendars``,
+    planned at the slot plus its jitter. A job that ran ``max_runs`` slots
+    (``runs_done``) has no next fire (it is finished); a definition with no slot left
+    (an ``@at`` in the past, an ``end_at`` before the next slot, calendars that exclude
+    every slot) is refused, naming the field."""
+    return _first_fire(spec, now, runs_done, calendars, refuse_ended=True)
 
 
-def resumed_fire(spec: JobSpec, now: datetime, runs_done: int = 0) -> Reschedule:
+def resumed_fire(
+    spec: JobSpec, now: datetime, runs_done: int = 0, calendars: Sequence[Calendar] = ()
+) -> Reschedule:
     """Where a job resumed at ``now`` goes first: as :func:`first_fire`, except that a
     job whose schedule or bounds have no slot left is not refused: it is finished (the
     operator changed nothing that could be wrong)."""
-    return _first_fire(spec, now, runs_done, refuse_ended=False)
+    return _first_fire(spec, now, runs_done, calendars, refuse_ended=False)
 
 
-def _first_fire(spec: JobSpec, now: datetime, runs_done: int, *, refuse_ended: bool) -> Reschedule:
+def _first_fire(
+    spec: JobSpec, now: datetime, runs_done: int, calendars: Sequence[Calendar], *,
+    refuse_ended: bool,
+) -> Reschedule:
     ended = Reschedule(planned_at=None, slot_at=None)
     if spec.max_runs is not None and runs_done >= spec.max_runs:
         return ended
     schedule = schedules.parse_schedule(spec.schedule, spec.timezone)
-    slot = schedules.first_slot(schedule, now, start_at=spec.start_at)
+    engines = _engines(calendars)
+    try:
+        slot = schedules.first_slot(schedule, now, start_at=spec.start_at, calendars=engines)
+    except schedules.ExclusionError as error:
+        if not refuse_ended:
+            return ended
+        raise ValidationError("calendars", str(error)) from None
     if (slot is None or (spec.end_at is not None and slot > spec.end_at)) and not refuse_ended:
         return ended
+    if slot is None and engines and schedules.first_slot(schedule, now, start_at=spec.start_at):
+        raise ValidationError(
+            "calendars", f"{', '.join(spec.calendars)} exclude every slot of {spec.schedule!r} "
+            f"after now ({now.isoformat()}): it would never fire",
+        )
     if slot is None:
         raise ValidationError("schedule", f"{spec.schedule!r} never fires after now ({now.isoformat()})")
     if spec.end_at is not None and slot > spec.end_at:
@@ -286,6 +371,21 @@ def _first_fire(spec: JobSpec, now: datetime, runs_done: int, *, refuse_ended: b
             "it would never fire",
         )
     return Reschedule(planned_at=schedules.jittered(spec.name, slot, spec.jitter_s), slot_at=slot)
+
+
+def preview_schedule(
+    expression: str, timezone: str = "UTC", *, start: datetime, count: int = 10,
+    calendars: Sequence[Calendar] = (),
+) -> list[datetime]:
+    """The next ``count`` fire instants of ``expression`` after ``start`` (no database),
+    without those ``calendars`` exclude."""
+    count = _integer("count", count, low=1, high=1000)
+    start = schedules.check_instant("start", start)
+    parsed = schedules.parse_schedule(expression, timezone)
+    try:
+        return schedules.preview(parsed, start, count, calendars=_engines(calendars))
+    except schedules.ExclusionError as error:
+        raise ValidationError("calendars", str(error)) from None
 
 
 def _limit(limit: int) -> int:
@@ -351,15 +451,19 @@ class SchedulerClient:
 
         planned: dict[tuple[Any, ...], Reschedule] = {}
 
-        def plan(spec: JobSpec, now: datetime, runs_done: int = 0) -> Reschedule:
+        def plan(
+            spec: JobSpec, now: datetime, runs_done: int = 0, calendars: Sequence[Calendar] = ()
+        ) -> Reschedule:
             # Planning happens inside the transaction (it needs the database's now);
-            # jobs sharing a schedule and bounds share the answer (jitter depends on
-            # the name); an error there (an @at in the past) still names the item.
+            # jobs sharing a schedule, bounds and calendars share the answer (jitter
+            # depends on the name); an error there (an @at in the past) still names the
+            # item.
             key = (spec.schedule, spec.timezone, spec.start_at, spec.end_at, spec.max_runs,
-                   spec.jitter_s, spec.name if spec.jitter_s else None, now, runs_done)
+                   spec.jitter_s, spec.name if spec.jitter_s else None, now, runs_done,
+                   tuple(calendars))
             if key not in planned:
                 try:
-                    planned[key] = first_fire(spec, now, runs_done)
+                    planned[key] = first_fire(spec, now, runs_done, calendars)
                 except ValidationError as error:
                     index = positions[spec.name]
                     raise ValidationError(f"jobs[{index}].{error.field}", error.reason) from None
@@ -383,7 +487,8 @@ class SchedulerClient:
     def describe_job(self, name: str, *, upcoming: int = 5) -> JobView:
         """The job, its last run and its next fire instants: the next fire, then the
         planned instants (slot plus jitter) of the slots after it, within the job's
-        bounds and the runs it has left (``max_runs``)."""
+        bounds, its calendars (their excluded slots are left out) and the runs it has left
+        (``max_runs``)."""
         job, last_run = self.store.with_last_run(validate_name(name))
         spec = job.spec
         times: list[datetime] = []
@@ -394,12 +499,13 @@ class SchedulerClient:
                 count = min(count, spec.max_runs - job.runs_done - 1)
             try:  # a row written by hand or by an older version may no longer parse
                 sched = schedules.parse_schedule(spec.schedule, spec.timezone)
+                engines = _engines(CalendarStore(self.db).named(spec.calendars))
                 slots = schedules.preview(
                     sched, job.next_slot_at or job.next_fire_at, max(count, 0),
-                    start_at=spec.start_at, end_at=spec.end_at,
+                    start_at=spec.start_at, end_at=spec.end_at, calendars=engines,
                 )
                 times.extend(schedules.jittered(spec.name, s, spec.jitter_s) for s in slots)
-            except ValidationError:
+            except (ValidationError, schedules.ExclusionError):
                 pass
         return JobView(job=job, upcoming=times[:upcoming], last_run=last_run)
 
@@ -498,13 +604,49 @@ class SchedulerClient:
         """The database's clock."""
         return self.store.now()
 
-    @staticmethod
     def preview(
-        expression: str, timezone: str = "UTC", *, start: datetime, count: int = 10
+        self, expression: str, timezone: str = "UTC", *, start: datetime, count: int = 10,
+        calendars: Sequence[str] | str = (),
     ) -> list[datetime]:
-        count = _integer("count", count, low=1, high=1000)
-        start = schedules.check_instant("start", start)
-        return schedules.preview(schedules.parse_schedule(expression, timezone), start, count)
+        """The next ``count`` fire instants of ``expression`` after ``start``, without
+        those the named ``calendars`` exclude (a ValidationError naming ``calendars``
+        for a name that does not exist)."""
+        if isinstance(calendars, str):  # the API's query parameter: comma-separated
+            calendars = [n.strip() for n in calendars.split(",") if n.strip()]
+        names = validate_calendar_names("calendars", calendars)
+        found = CalendarStore(self.db).named(names) if names else []
+        return preview_schedule(expression, timezone, start=start, count=count, calendars=found)
+
+    # -- calendars ---------------------------------------------------------------
+
+    def add_calendar(self, data: Mapping[str, Any] | Calendar) -> Calendar:
+        """Create a calendar; :class:`Conflict` when the name exists."""
+        return CalendarStore(self.db).add(self._calendar(data))
+
+    def put_calendar(self, data: Mapping[str, Any] | Calendar) -> tuple[Calendar, bool]:
+        """Create or replace a calendar by name (idempotent): (calendar, changed).
+        Replacing plans no job anew: the nodes use the new rules from their next plan
+        of each job that names it (within about a poll interval)."""
+        stored, changed, _ = CalendarStore(self.db).upsert(self._calendar(data))
+        return stored, changed
+
+    def get_calendar(self, name: str) -> Calendar:
+        return CalendarStore(self.db).get(validate_name(name))
+
+    def list_calendars(self) -> list[Calendar]:
+        """Every calendar, by name."""
+        return CalendarStore(self.db).all()
+
+    def delete_calendar(self, name: str) -> Calendar:
+        """Delete a calendar; :class:`Conflict` naming the jobs that use it."""
+        return CalendarStore(self.db).delete(validate_name(name))
+
+    @staticmethod
+    def _calendar(data: Mapping[str, Any] | Calendar) -> Calendar:
+        if isinstance(data, Calendar):
+            data = {"name": data.name, "timezone": data.timezone,
+                    "description": data.description, "rules": data.rules}
+        return build_calendar(data)
 
     # -- readiness, API tokens, audit (added for the HTTP API) ----------------------
 
@@ -601,4 +743,7 @@ class SchedulerClient:
         return build_spec(data)
 
 
-__all__ = ["MAX_JITTER_S", "MAX_RUNS", "JobView", "SchedulerClient", "build_spec", "first_fire"]
+__all__ = [
+    "MAX_JITTER_S", "MAX_JOB_CALENDARS", "MAX_RUNS", "JobView", "SchedulerClient", "build_calendar",
+    "build_spec", "first_fire", "preview_schedule",
+]

@@ -1,17 +1,23 @@
 """The node's scheduling decisions: misfire, next slot after a run (and its overrun),
 retries with backoff and jitter, recovery of abandoned runs, and a job's bounds
-(``start_at``, ``end_at``, ``max_runs``) and slot jitter wherever a new slot is chosen.
-Pure: each takes ``now``."""
+(``start_at``, ``end_at``, ``max_runs``), its exclusion calendars and slot jitter
+wherever a new slot is chosen. Pure: each takes ``now``; the calendars are the ones the
+node read last (:meth:`SchedulePlanner.use_calendars`)."""
 
 from __future__ import annotations
 
+import logging
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
 
 from quartzlite import schedule as schedules
 from quartzlite.enums import MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
-from quartzlite.models import Finished, JobSpec, Reschedule
+from quartzlite.errors import ValidationError
+from quartzlite.models import Calendar, Finished, JobSpec, Reschedule
+
+log = logging.getLogger("quartzlite.node")
 
 #: How many times a slot is rerun after its node died, beyond its retry attempts.
 RECOVERY_RERUNS = 2
@@ -48,10 +54,63 @@ class SchedulePlanner:
     Every new slot chosen here lies within the job's bounds (none before ``start_at``,
     none after ``end_at``: slots outside them are neither fired nor recorded missed) and
     is planned at the slot plus its jitter; once the job's ``max_runs``-th slot is done
-    it has no next fire. Retries and reruns keep their own timing (no jitter)."""
+    it has no next fire. Retries and reruns keep their own timing (no jitter).
+
+    A job's calendars exclude slots: an excluded slot is neither fired nor recorded
+    missed, whichever way it passed (misfire, overrun, a lost node). The calendars are
+    the node's copy (:meth:`use_calendars`, an atomic swap of one dict: readers never
+    lock); a job naming a calendar the copy lacks makes the store read them again
+    first (:meth:`knows_calendars`)."""
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+        #: Calendar name -> its engine, or the reason it cannot be used (a row edited
+        #: by hand): a job naming it cannot be planned (quarantined).
+        self.calendars: Mapping[str, schedules.Calendar | str] = {}
+
+    # -- calendars -------------------------------------------------------------------
+
+    def use_calendars(self, calendars: Iterable[Calendar]) -> None:
+        """Use these calendars from now on (all of them: the table as read)."""
+        engines: dict[str, schedules.Calendar | str] = {}
+        for c in calendars:
+            try:
+                engines[c.name] = schedules.compile_calendar(c.name, c.timezone, c.rules)
+            except ValidationError as error:
+                log.error("calendar %s cannot be used: %s", c.name, error.message,
+                          extra={"action": "calendar_invalid", "calendar": c.name})
+                engines[c.name] = error.message
+        self.calendars = engines
+
+    def knows_calendars(self, names: Iterable[str]) -> bool:
+        """Whether every calendar named is in the node's copy."""
+        known = self.calendars
+        return all(n in known for n in names)
+
+    def _calendars(self, spec: JobSpec) -> Sequence[schedules.Calendar]:
+        if not spec.calendars:
+            return ()
+        known = self.calendars
+        found: list[schedules.Calendar] = []
+        for name in spec.calendars:
+            engine = known.get(name)
+            if engine is None:
+                raise schedules.ExclusionError(f"calendar {name!r} does not exist")
+            if isinstance(engine, str):
+                raise schedules.ExclusionError(f"calendar {name!r} cannot be used: {engine}")
+            found.append(engine)
+        return found
+
+    def excluded(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule | None:
+        """None when the slot ``slot_at`` (planned earlier) is not excluded by the job's
+        calendars as the node knows them now; else where the job goes instead (its next
+        slot that is not excluded; the slots that passed meanwhile follow the misfire
+        policy). A calendar replaced after the slot was planned excludes it here."""
+        calendars = self._calendars(spec)
+        if not calendars or not any(c.excluded(slot_at) for c in calendars):
+            return None
+        reason = f"misfired: not fired within misfire_grace_s ({spec.misfire_grace_s:g}s)"
+        return self._next(spec, slot_at, now, reason)
 
     def _next(
         self, spec: JobSpec, after: datetime, now: datetime, reason: str,
@@ -75,6 +134,7 @@ class SchedulePlanner:
             overrun=overrun,
             start_at=spec.start_at,
             end_at=spec.end_at,
+            calendars=self._calendars(spec),
         )
         if overrun is OverrunPolicy.SKIP:
             missed_reason = f"overrun: {reason}; overrun policy {overrun.value}"
@@ -146,7 +206,10 @@ class SchedulePlanner:
         counted = status is not RunStatus.CANCELLED
         if spec.overrun_policy is OverrunPolicy.SKIP and finished.started_at is not None:
             began = max(prepared.slot_at, finished.started_at)
-            following = parsed(spec.schedule, spec.timezone).next_after(prepared.slot_at)
+            following = schedules.next_slot(
+                parsed(spec.schedule, spec.timezone), prepared.slot_at,
+                calendars=self._calendars(spec),
+            )
             if following is None or following > began:
                 return self._next(
                     spec, prepared.slot_at, max(began, min(finished.ended_at, now)),

@@ -509,3 +509,82 @@ def test_retries_and_reruns_get_no_jitter() -> None:
                       outcome=Outcome(status=RunStatus.ABANDONED), ended_at=now, started_at=None),
         now)
     assert (never_started.planned_at, never_started.slot_at) == (now, T0)
+
+
+# -- exclusion calendars ----------------------------------------------------------------------
+
+
+def calendar_planner(**rules: object) -> SchedulePlanner:
+    """A planner that knows one calendar, ``gap``, in UTC."""
+    from quartzlite.models import Calendar
+    from quartzlite.schedule import parse_rules
+
+    planner = SchedulePlanner()
+    planner.use_calendars([Calendar(name="gap", rules=parse_rules(rules))])
+    return planner
+
+
+def test_excluded_slots_are_neither_fired_nor_missed_after_a_misfire() -> None:
+    """A daily job down from the 1st to the 4th, the 2nd excluded: fire_once runs the
+    4th's slot late and records the 1st and the 3rd missed; skip records those two."""
+    planner = calendar_planner(dates=["2026-05-02"])
+    noon = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    now = noon + timedelta(days=3, hours=1)
+    once = spec(schedule="0 0 12 * * ?", calendars=("gap",))
+    plan = planner.misfire(once, noon, now)
+    assert plan.slot_at == noon + timedelta(days=3)
+    assert plan.missed == (noon, noon + timedelta(days=2))
+    skip = spec(schedule="0 0 12 * * ?", calendars=("gap",), misfire_policy=MisfirePolicy.SKIP)
+    plan = planner.misfire(skip, noon, now)
+    assert plan.slot_at == noon + timedelta(days=4)
+    assert plan.missed == (noon, noon + timedelta(days=2), noon + timedelta(days=3))
+    # Without the calendar the 2nd is missed too.
+    assert noon + timedelta(days=1) in SchedulePlanner().misfire(
+        spec(schedule="0 0 12 * * ?", misfire_policy=MisfirePolicy.SKIP), noon, now).missed
+
+
+def test_excluded_slots_are_not_recorded_missed_by_an_overrun() -> None:
+    planner = calendar_planner(windows=["2-3 0 12 ? * *"])  # 12:00:02-12:00:03
+    job = spec(schedule="@every 1s", calendars=("gap",))
+    t = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, slot=t,
+                                           ended_at=t + timedelta(seconds=5.5)),
+                             t + timedelta(seconds=5.6))
+    assert plan.missed == (t + timedelta(seconds=1), t + timedelta(seconds=4), t + timedelta(seconds=5))
+    assert plan.slot_at == t + timedelta(seconds=6)
+
+
+def test_a_run_whose_next_slot_is_excluded_goes_on_after_the_excluded_time() -> None:
+    planner = calendar_planner(windows=["* * 0-7 ? * *"])
+    job = spec(schedule="0 0 * ? * *", calendars=("gap",))  # hourly
+    t = datetime(2026, 5, 1, 23, tzinfo=UTC)
+    plan = planner.after_run(job, finished(job, RunStatus.SUCCEEDED, slot=t), t + timedelta(seconds=1))
+    assert (plan.slot_at, plan.missed) == (datetime(2026, 5, 2, 8, tzinfo=UTC), ())
+
+
+def test_recovery_moves_on_past_excluded_slots_without_recording_them() -> None:
+    planner = calendar_planner(dates=["2026-05-02"])
+    job = spec(schedule="0 0 12 * * ?", calendars=("gap",), recovery_policy=RecoveryPolicy.SKIP)
+    noon = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    plan = planner.recover(job, noon, 1, noon + timedelta(days=1, hours=1))
+    assert (plan.slot_at, plan.missed) == (noon + timedelta(days=2), ())
+
+
+def test_a_slot_planned_before_its_calendar_excluded_it_is_skipped_when_due() -> None:
+    noon = datetime(2026, 5, 2, 12, tzinfo=UTC)
+    job = spec(schedule="0 0 12 * * ?", calendars=("gap",))
+    assert calendar_planner(dates=["2026-05-03"]).excluded(job, noon, noon) is None
+    plan = calendar_planner(dates=["2026-05-02"]).excluded(job, noon, noon - timedelta(seconds=1))
+    assert plan is not None
+    assert (plan.slot_at, plan.missed) == (noon + timedelta(days=1), ())
+
+
+def test_a_job_naming_a_calendar_the_planner_lacks_cannot_be_planned() -> None:
+    from quartzlite.schedule import ExclusionError
+
+    planner = calendar_planner(dates=["2026-05-02"])
+    job = spec(calendars=("gone",))
+    assert planner.knows_calendars(["gap"])
+    assert not planner.knows_calendars(["gap", "gone"])
+    with pytest.raises(ExclusionError, match="'gone' does not exist"):
+        planner.skip(job, T0, T0)

@@ -1,6 +1,8 @@
 """The watch: one lock-free SELECT per ``poll_interval_s`` that schedules the scanner at
 the earliest due job, the expirer at the oldest peer's deadline, and the compensator
-when what the database says we own and what memory holds disagree."""
+when what the database says we own and what memory holds disagree; and, when the job
+lock's version moved (a management write: jobs or calendars), reads the exclusion
+calendars again (one SELECT of a small table) and swaps them into the planner."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ class Watch(NodeService):
 
     def __init__(self, node: Node) -> None:
         super().__init__(node, node.config.poll_interval_s)
+        #: The job lock's version the planner's calendars were read at (None: not yet).
+        self.calendars_version: int | None = None
 
     def run_once(self) -> float | None:
         node = self.node
@@ -28,6 +32,10 @@ class Watch(NodeService):
             return None
         seen = node.store.watch(node.session_id, node.tag_sets)
         config = node.config
+        if seen.jobs_version != self.calendars_version:
+            # Read after the version: calendars as new as it, or newer (read again then).
+            node.planner.use_calendars(node.store.calendars())
+            self.calendars_version = seen.jobs_version
         if seen.earliest_due is not None:
             node.scanner.schedule(
                 (seen.earliest_due - seen.db_now).total_seconds() - config.look_ahead_s

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -17,9 +17,10 @@ from sqlalchemy.engine import Connection, RowMapping
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import SchemaError
-from quartzlite.models import Finished, JobSpec, Prepared, Reschedule
+from quartzlite.models import Calendar, Finished, JobSpec, Prepared, Reschedule
 from quartzlite.storage import rows, transitions
 from quartzlite.storage.engine import Database
+from quartzlite.storage.jobs import read_all
 from quartzlite.storage.tables import jobs, locks, runs, sessions
 
 log = logging.getLogger("quartzlite.storage.node")
@@ -47,12 +48,21 @@ class Planner(Protocol):
     def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
         """The next slot after ``slot_at``, which must not run (it already ran)."""
 
+    def excluded(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule | None:
+        """None when the job's calendars do not exclude ``slot_at``; else where it goes."""
+
+    def knows_calendars(self, names: Iterable[str]) -> bool:
+        """Whether the planner has every calendar named."""
+
+    def use_calendars(self, calendars: Iterable[Calendar]) -> None:
+        """Plan with these calendars (the whole table) from now on."""
+
 
 class SpecCache:
     """Job definitions this node has read, by job id, each with the ``updated_at`` of the
     row it was read from. Every write that changes a definition (put, pause, resume,
     trigger, delete, quarantine) stamps ``updated_at`` under the job lock, so a row with
-    the same stamp holds the same definition and is not read again: parsing a job's 31
+    the same stamp holds the same definition and is not read again: parsing a job's 32
     definition columns on every prepare and every result was the largest part of the
     node's CPU per run. Bounded: the oldest entries go first. Shared by the node's
     stores; a dict read or write is atomic, so no lock."""
@@ -100,7 +110,7 @@ SPEC_COLUMNS = [
     jobs.c.tags, jobs.c.start_at, jobs.c.end_at, jobs.c.max_runs, jobs.c.jitter_s,
     jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
     jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
-    jobs.c.runs_done,
+    jobs.c.runs_done, jobs.c.calendars,
 ]
 
 #: What the scanner reads of each due job: its definition comes from the node's
@@ -142,6 +152,8 @@ class Watch:
     orphaned_jobs: int
     owned_jobs: int
     earliest_due: datetime | None
+    #: The job lock's version: every management write (jobs and calendars) moves it.
+    jobs_version: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,6 +229,20 @@ class StoreBase:
                 specs[full["id"]] = spec
                 self.specs.put(full["id"], full["updated_at"], spec)
         return specs, poisoned
+
+    def calendars(self) -> list[Calendar]:
+        """Every exclusion calendar: one lock-free SELECT of a small table."""
+        return self.db.read(read_all, name="read_calendars", stop=self.stop)
+
+    @staticmethod
+    def _fresh_calendars(conn: Connection, planner: Planner, specs: Iterable[JobSpec]) -> None:
+        """When a job names a calendar the planner lacks (created since the node's watch
+        last read them), read them all again on this connection before planning: a job
+        write naming a calendar commits after the calendar, so it is there."""
+        for spec in specs:
+            if spec.calendars and not planner.knows_calendars(spec.calendars):
+                planner.use_calendars(read_all(conn))
+                return
 
     def lock(self, conn: Connection, name: str) -> None:
         """``SELECT ... FOR UPDATE`` on a named lock row; a missing row is fatal."""

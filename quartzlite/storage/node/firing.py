@@ -154,6 +154,7 @@ class Firing(StoreBase):
                 # The slot of a first attempt (its planned instant may carry jitter); a
                 # retry's own instant, as before.
                 after = p.slot_at if p.attempt == 1 else p.planned_at
+                self._fresh_calendars(conn, planner, [p.spec])
                 plan = planner.skip(p.spec, after, now)
             except Exception as error:  # noqa: BLE001 - one job never stops a node
                 self._quarantine_ids(conn, [(p.job_id, p.name, p.fire_id, error)], now)

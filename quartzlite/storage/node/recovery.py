@@ -194,6 +194,7 @@ class Recovery(StoreBase):
                     )
                 )
             try:
+                self._fresh_calendars(conn, planner, [spec])
                 plan = planner.recover(spec, slot_at, attempt, now, row["runs_done"])
             except Exception as error:  # noqa: BLE001 - one job never stops a node
                 poisoned.append((row, error))

@@ -63,6 +63,7 @@ class Results(StoreBase):
                 and r["fire_id"] == fire_ids[r["id"]]
             ]
             specs, poisoned = self._specs_of(t.conn, ours)
+            self._fresh_calendars(t.conn, planner, specs.values())
             run_values: list[dict[str, Any]] = []
             job_values: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []

@@ -58,6 +58,7 @@ class Scanning(StoreBase):
                 .limit(limit)
             ).mappings().all()
             specs, poisoned = self._specs_of(t.conn, found)
+            self._fresh_calendars(t.conn, planner, specs.values())
             result: list[Prepared] = []
             moved: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
@@ -69,8 +70,14 @@ class Scanning(StoreBase):
                     planned_at = utc(row["next_fire_at"])
                     slot_at = utc(row["next_slot_at"] or row["next_fire_at"])
                     attempt = row["next_attempt"]
-                    if attempt == 1 and planned_at < now - timedelta(seconds=spec.misfire_grace_s):
-                        plan = planner.misfire(spec, slot_at, now)
+                    plan = None
+                    if attempt == 1:
+                        # A slot a calendar excludes (replaced since the slot was planned)
+                        # is skipped, not run nor missed; else a late one misfires.
+                        plan = planner.excluded(spec, slot_at, now)
+                        if plan is None and planned_at < now - timedelta(seconds=spec.misfire_grace_s):
+                            plan = planner.misfire(spec, slot_at, now)
+                    if plan is not None:
                         missed.extend(self._missed_rows(row["id"], spec.name, plan))
                         moved.append(self._reschedule_values(row["id"], plan))
                         if plan.planned_at is None or plan.planned_at > horizon or plan.slot_at is None:

@@ -19,7 +19,7 @@ from quartzlite.storage.node.base import (
     StoreBase,
     Watch,
 )
-from quartzlite.storage.tables import jobs, sessions
+from quartzlite.storage.tables import jobs, locks, sessions
 
 log = logging.getLogger("quartzlite.storage.node")
 
@@ -74,8 +74,9 @@ class Sessions(StoreBase):
 
     def watch(self, session_id: str, tag_sets: Sequence[str]) -> Watch:
         """One autocommitted SELECT (a consistent read: it never waits on a lock), every
-        poll interval: the oldest peer heartbeat, orphaned and owned job counts, and the
-        earliest due job this node may run. Every part is an index lookup: the cost does not grow with the
+        poll interval: the oldest peer heartbeat, orphaned and owned job counts, the
+        earliest due job this node may run, and the job lock's version (management writes
+        move it: the node then reads the calendars again). Every part is an index lookup: the cost does not grow with the
         number of jobs."""
         peers = (
             select(func.min(sessions.c.heartbeat_at))
@@ -95,15 +96,17 @@ class Sessions(StoreBase):
             .scalar_subquery()
         )
         earliest = select(func.min(jobs.c.next_fire_at)).where(*self._due_filter(tag_sets)).scalar_subquery()
-        query = select(func.now(6), peers, orphans, owned, earliest)
+        version = select(locks.c.version).where(locks.c.name == "job").scalar_subquery()
+        query = select(func.now(6), peers, orphans, owned, earliest, version)
 
         def run(conn: Connection) -> Watch:
-            now, oldest, orphaned, mine, due = conn.execute(query).one()
+            now, oldest, orphaned, mine, due, moved = conn.execute(query).one()
             return Watch(
                 db_now=utc(now),
                 oldest_peer_heartbeat=None if oldest is None else utc(oldest),
                 orphaned_jobs=int(orphaned or 0), owned_jobs=int(mine or 0),
                 earliest_due=None if due is None else utc(due),
+                jobs_version=int(moved or 0),
             )
 
         return self.db.read(run, retry=RetryPolicy(deadline_s=0), name="watch")
