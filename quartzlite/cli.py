@@ -19,10 +19,10 @@ from typing import Any, NoReturn
 import click
 
 from quartzlite import codec
-from quartzlite.client import SchedulerClient
+from quartzlite.client import SchedulerClient, preview_schedule
 from quartzlite.config import ApiConfig, NodeConfig, database_url_from_env, with_password
 from quartzlite.errors import QuartzliteError, ValidationError
-from quartzlite.models import Job, Run
+from quartzlite.models import Calendar, Job, Run
 from quartzlite.redact import SafeFormatter
 
 log = logging.getLogger("quartzlite.cli")
@@ -210,6 +210,9 @@ def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         click.option("--recovery-policy", type=click.Choice(["rerun", "skip"])),
         click.option("--priority", type=int),
         click.option("--tag", "tags", multiple=True, help="node tag required (repeatable)"),
+        click.option("--calendar", "calendars", multiple=True, metavar="NAME",
+                     help="exclusion calendar whose excluded times the job skips (repeatable; "
+                          "on update, the whole list; --calendar '' for none)"),
         click.option("--description"),
         click.option("--paused/--active", default=None, help="create paused / resume"),
         click.option("--json", "as_json", is_flag=True, help="print JSON"),
@@ -226,7 +229,7 @@ def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 def _spec_data(name: str | None, options: dict[str, Any]) -> dict[str, Any]:
     data: dict[str, Any] = {} if name is None else {"name": name}
     for key, value in options.items():
-        if key == "as_json" or value is None or (key == "tags" and not value):
+        if key == "as_json" or value is None or (key in ("tags", "calendars") and not value):
             continue
         if key == "callable_":
             key = "callable"
@@ -237,6 +240,8 @@ def _spec_data(name: str | None, options: dict[str, Any]) -> dict[str, Any]:
                 raise ValidationError("kwargs", f"is not valid JSON: {error}") from None
         if key == "tags":
             value = list(value)
+        if key == "calendars":  # --calendar '' alone: no calendar
+            value = [v for v in value if v]
         data[key] = value
     return data
 
@@ -445,18 +450,157 @@ def schedule() -> None:
 @click.option("--timezone", "-z", default="UTC", show_default=True)
 @click.option("--from", "start", help="ISO-8601 instant to start from (default now)")
 @click.option("--count", "-n", type=int, default=10, show_default=True)
+@click.option("--calendar", "calendars", multiple=True, metavar="NAME",
+              help="leave out the slots this stored calendar excludes (repeatable; reads the "
+                   "database)")
 @click.option("--json", "as_json", is_flag=True)
+@click.pass_context
 def schedule_preview(
-    expression: str, timezone: str, start: str | None, count: int, as_json: bool
+    ctx: click.Context, /, expression: str, timezone: str, start: str | None, count: int,
+    calendars: tuple[str, ...], as_json: bool,
 ) -> None:
     """Print the next fire instants of EXPRESSION."""
     begin = _parse_instant("from", start) if start else datetime.now(UTC)
-    times = SchedulerClient.preview(expression, timezone, start=begin, count=count)
+    if calendars:
+        times = _client(ctx).preview(expression, timezone, start=begin, count=count,
+                                     calendars=list(calendars))
+    else:  # no database needed
+        times = preview_schedule(expression, timezone, start=begin, count=count)
     if as_json:
         _echo_json([t.isoformat() for t in times])
     else:
         for t in times:
             click.echo(t.isoformat())
+
+
+# -- calendars -----------------------------------------------------------------------
+
+
+def _calendar_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The calendar-definition options shared by ``calendar add`` and ``calendar put``."""
+    opts = [
+        click.option("--timezone", "-z", default="UTC", show_default=True,
+                     help="IANA timezone the rules are read in"),
+        click.option("--description", default="", help="what the calendar is for"),
+        click.option("--date", "dates", multiple=True, metavar="YYYY-MM-DD",
+                     help="exclude this whole local day (repeatable)"),
+        click.option("--yearly", multiple=True, metavar="MM-DD",
+                     help="exclude this whole local day every year (repeatable; 02-29 too)"),
+        click.option("--range", "ranges", multiple=True, metavar="FROM..TO",
+                     help="exclude the whole local days FROM to TO, inclusive (repeatable)"),
+        click.option("--window", "windows", multiple=True, metavar="EXPR",
+                     help="exclude the instants whose wall time matches this cron or Quartz "
+                          "expression, e.g. '* * 0-7 ? * *' (repeatable)"),
+        click.option("--json", "as_json", is_flag=True, help="print JSON"),
+    ]
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+
+    return wrap
+
+
+def _calendar_data(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    ranges = []
+    for i, text in enumerate(options["ranges"]):
+        low, sep, high = text.partition("..")
+        if not sep:
+            raise ValidationError(f"rules.ranges[{i}]", f"must be FROM..TO (YYYY-MM-DD..YYYY-MM-DD), got {text!r}")
+        ranges.append({"from": low.strip(), "to": high.strip()})
+    rules = {
+        "dates": list(options["dates"]), "yearly": list(options["yearly"]), "ranges": ranges,
+        "windows": list(options["windows"]),
+    }
+    return {
+        "name": name, "timezone": options["timezone"], "description": options["description"],
+        "rules": {k: v for k, v in rules.items() if v},
+    }
+
+
+def _print_calendar(calendar: Calendar, as_json: bool, message: str) -> None:
+    if as_json:
+        _echo_json(codec.calendar_to_dict(calendar))
+    else:
+        click.echo(f"{message}: calendar {calendar.name} ({calendar.timezone}, {_rules_text(calendar)})")
+
+
+def _rules_text(calendar: Calendar) -> str:
+    rules = calendar.rules
+    parts = [f"{len(rules.dates)} date(s)", f"{len(rules.yearly)} yearly",
+             f"{len(rules.ranges)} range(s)", f"{len(rules.windows)} window(s)"]
+    return ", ".join(parts)
+
+
+@main.group()
+def calendar() -> None:
+    """Exclusion calendars: the times the jobs that name them skip (--calendar on jobs)."""
+
+
+@calendar.command("add")
+@click.argument("name")
+@_calendar_options()
+@click.pass_context
+def calendar_add(ctx: click.Context, /, name: str, **options: Any) -> None:
+    """Create calendar NAME (fails when the name exists)."""
+    created = _client(ctx).add_calendar(_calendar_data(name, options))
+    _print_calendar(created, options["as_json"], "added")
+
+
+@calendar.command("put")
+@click.argument("name")
+@_calendar_options()
+@click.pass_context
+def calendar_put(ctx: click.Context, /, name: str, **options: Any) -> None:
+    """Create or replace calendar NAME (idempotent). Jobs are not planned anew: nodes use
+    the new rules from their next plan of each job that names it."""
+    stored, changed = _client(ctx).put_calendar(_calendar_data(name, options))
+    _print_calendar(stored, options["as_json"], "changed" if changed else "unchanged")
+
+
+@calendar.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def calendar_show(ctx: click.Context, /, name: str, as_json: bool) -> None:
+    """Show calendar NAME and its rules."""
+    found = _client(ctx).get_calendar(name)
+    if as_json:
+        _echo_json(codec.calendar_to_dict(found))
+        return
+    rules = found.rules
+    for key, value in (
+        ("name", found.name), ("timezone", found.timezone),
+        ("description", found.description or "-"),
+        ("dates", ", ".join(rules.dates) or "-"), ("yearly", ", ".join(rules.yearly) or "-"),
+        ("ranges", ", ".join(f"{a}..{b}" for a, b in rules.ranges) or "-"),
+        ("windows", " | ".join(rules.windows) or "-"),
+        ("updated", _when(found.updated_at)),
+    ):
+        click.echo(f"{key:>12}: {value}")
+
+
+@calendar.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def calendar_list(ctx: click.Context, /, as_json: bool) -> None:
+    """List the calendars, by name."""
+    found = _client(ctx).list_calendars()
+    if as_json:
+        _echo_json([codec.calendar_to_dict(c) for c in found])
+        return
+    click.echo(_table(["name", "tz", "rules", "description"],
+                      [[c.name, c.timezone, _rules_text(c), c.description] for c in found]))
+
+
+@calendar.command("delete")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def calendar_delete(ctx: click.Context, /, name: str, as_json: bool) -> None:
+    """Delete calendar NAME (refused while a job names it)."""
+    _print_calendar(_client(ctx).delete_calendar(name), as_json, "deleted")
 
 
 # -- history -------------------------------------------------------------------------

@@ -701,3 +701,42 @@ def test_the_database_password_comes_from_a_file_or_the_environment(
         with_both, "--database-password-file", str(secret_file), "job", "list", code=2)
     assert "cannot read" in fails(
         url, "--database-password-file", str(tmp_path / "missing"), "job", "list", code=2)
+
+
+def test_calendar_commands_and_jobs_naming_calendars(db_url: str) -> None:
+    added = ok(db_url, "calendar", "add", "holidays", "--timezone", "Europe/Paris",
+               "--date", "2030-12-25", "--yearly", "01-01", "--range", "2030-08-01..2030-08-15",
+               "--window", "* * 0-7 ? * *", "--description", "closed")
+    assert "added: calendar holidays (Europe/Paris, 1 date(s), 1 yearly, 1 range(s), 1 window(s))" in added
+    shown = json.loads(ok(db_url, "calendar", "show", "holidays", "--json"))
+    assert shown["rules"] == {"dates": ["2030-12-25"], "yearly": ["01-01"],
+                              "ranges": [{"from": "2030-08-01", "to": "2030-08-15"}],
+                              "windows": ["* * 0-7 ? * *"]}
+    assert "2030-08-01..2030-08-15" in ok(db_url, "calendar", "show", "holidays")
+    assert "unchanged" in ok(db_url, "calendar", "put", "holidays", "--timezone", "Europe/Paris",
+                             "--date", "2030-12-25", "--yearly", "01-01", "--range",
+                             "2030-08-01..2030-08-15", "--window", "* * 0-7 ? * *",
+                             "--description", "closed")
+    assert "changed" in ok(db_url, "calendar", "put", "holidays", "--timezone", "Europe/Paris",
+                           "--date", "2030-12-25")
+    assert "holidays" in ok(db_url, "calendar", "list")
+    assert [c["name"] for c in json.loads(ok(db_url, "calendar", "list", "--json"))] == ["holidays"]
+
+    error = fails(db_url, "calendar", "add", "bad", "--date", "2030-12-25", "--date", "2030-13-01",
+                  code=2)
+    assert "rules.dates[1]" in error
+    error = fails(db_url, "calendar", "add", "bad", "--range", "2030-01-01", code=2)
+    assert "rules.ranges[0]" in error
+    assert "unknown calendar 'nope'" in fails(db_url, "job", "add", "j", "--schedule", "@daily",
+                                              "--command", "true", "--calendar", "nope", code=2)
+
+    job = json.loads(ok(db_url, "job", "add", "j", "--schedule", "0 12 * * *", "--command", "true",
+                        "--calendar", "holidays", "--json"))
+    assert job["calendars"] == ["holidays"]
+    assert "job(s) j" in fails(db_url, "calendar", "delete", "holidays", code=1)
+    times = json.loads(ok(db_url, "schedule", "preview", "0 12 * * *", "--from",
+                          "2030-12-24T00:00:00Z", "-n", "2", "--calendar", "holidays", "--json"))
+    assert times == ["2030-12-24T12:00:00+00:00", "2030-12-26T12:00:00+00:00"]
+    updated = json.loads(ok(db_url, "job", "update", "j", "--calendar", "", "--json"))
+    assert updated["calendars"] == []
+    assert "deleted: calendar holidays" in ok(db_url, "calendar", "delete", "holidays")
