@@ -13,7 +13,19 @@ from flask import Flask, Response, current_app, request
 from quartzlite import __version__
 from quartzlite.client import SchedulerClient
 
-from . import access, audit, auth, cluster, errors, health, jobs, openapi, runs, schedule
+from . import (
+    access,
+    audit,
+    auth,
+    calendars,
+    cluster,
+    errors,
+    health,
+    jobs,
+    openapi,
+    runs,
+    schedule,
+)
 from .context import EXTENSION, ApiState, NodeView
 from .metrics import build_registry
 
@@ -50,7 +62,7 @@ def create_app(
     errors.register(app)
     auth.register(app)
     app.register_blueprint(health.bp)
-    for module in (jobs, runs, cluster, schedule, audit, openapi):
+    for module in (jobs, calendars, runs, cluster, schedule, audit, openapi):
         app.register_blueprint(module.bp, url_prefix=API_PREFIX)
     app.after_request(_poke_node)
     return app
@@ -63,7 +75,8 @@ def _response_headers(response: Response) -> Response:
 
 def _poke_node(response: Response) -> Response:
     """After a successful write, the node of this process (``serve``) looks for due work
-    at once: a job added or triggered here starts without waiting for the next poll."""
+    at once: a job added or triggered here starts without waiting for the next poll (and
+    a calendar changed here is read again at once)."""
     node = current_app.extensions[EXTENSION].node
     if node is not None and request.method in WRITES and 200 <= response.status_code < 300:
         node.poke()

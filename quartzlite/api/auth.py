@@ -99,6 +99,8 @@ def check_request() -> None:
 
 
 def _job_name() -> str | None:
+    if request.blueprint != "jobs":  # a calendar's name is in the path, not the job
+        return None
     args = request.view_args or {}
     if isinstance(args.get("name"), str):
         return str(args["name"])

@@ -14,11 +14,13 @@ from quartzlite.client import (
     MAX_BACKOFF_S,
     MAX_COMMAND_BYTES,
     MAX_JITTER_S,
+    MAX_JOB_CALENDARS,
     MAX_PAGE,
     MAX_RUNS,
     MAX_TIMEOUT_S,
 )
 from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
+from quartzlite.schedule.calendars import MAX_ENTRIES
 from quartzlite.validation import MAX_TAGS, NAME_PATTERN, TAG_PATTERN
 
 from .auth import public
@@ -110,6 +112,50 @@ JOB_FIELDS: dict[str, Schema] = {
     },
     "description": {"type": "string", "maxLength": 1024, "default": ""},
     "paused": {"type": "boolean", "default": False},
+    "calendars": {
+        "type": "array", "maxItems": MAX_JOB_CALENDARS,
+        "items": {"type": "string", "pattern": NAME_PATTERN},
+        "description": "names of exclusion calendars (GET /calendars): a slot in a time one "
+                       "of them excludes is skipped, neither run nor recorded missed",
+    },
+}
+
+DATE: Schema = {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
+                "examples": ["2026-12-25"]}
+
+#: What a calendar excludes, each read in the calendar's timezone.
+CALENDAR_RULES: Schema = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "description": "at least one entry in all; each list holds at most "
+                   f"{MAX_ENTRIES} entries",
+    "properties": {
+        "dates": {"type": "array", "maxItems": MAX_ENTRIES, "items": DATE,
+                  "description": "whole local days (YYYY-MM-DD, years 1970-9997)"},
+        "yearly": {"type": "array", "maxItems": MAX_ENTRIES,
+                   "items": {"type": "string", "pattern": r"^[0-9]{2}-[0-9]{2}$",
+                             "examples": ["12-25", "02-29"]},
+                   "description": "whole local days every year (MM-DD)"},
+        "ranges": {"type": "array", "maxItems": MAX_ENTRIES, "items": {
+            "type": "object", "additionalProperties": False, "required": ["from", "to"],
+            "properties": {"from": DATE, "to": DATE},
+        }, "description": "whole local days from..to, inclusive (from <= to)"},
+        "windows": {"type": "array", "maxItems": MAX_ENTRIES,
+                    "items": {"type": "string", "minLength": 1, "maxLength": 255,
+                              "examples": ["* * 0-7 ? * *", "* 12 * * MON-FRI"]},
+                    "description": "5-field cron or 6/7-field Quartz expressions: an instant "
+                                   "whose wall time matches (its minute for 5 fields, its "
+                                   "second for Quartz) is excluded"},
+    },
+}
+
+CALENDAR_FIELDS: dict[str, Schema] = {
+    "name": {"type": "string", "pattern": NAME_PATTERN, "description": "unique; the key"},
+    "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC",
+                 "description": "IANA timezone the rules are read in"},
+    "description": {"type": "string", "maxLength": 1024, "default": ""},
+    "rules": CALENDAR_RULES,
 }
 
 
@@ -149,6 +195,34 @@ def _object(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) ->
 
 
 SCHEMAS: dict[str, Schema] = {
+    "CalendarInput": {
+        "type": "object", "description": "A new exclusion calendar (POST /calendars).",
+        "properties": CALENDAR_FIELDS, "additionalProperties": False,
+        "required": ["name", "rules"],
+        "examples": [{"name": "holidays", "timezone": "Europe/Paris",
+                      "rules": {"dates": ["2026-12-25"], "yearly": ["01-01"]}}],
+    },
+    "CalendarReplace": {
+        "type": "object",
+        "description": "A whole calendar (PUT /calendars/{name}); name optional, must match.",
+        "properties": CALENDAR_FIELDS, "additionalProperties": False, "required": ["rules"],
+        "examples": [{"rules": {"windows": ["* * 0-7 ? * *"]}}],
+    },
+    "Calendar": _object({
+        "name": {"type": "string"},
+        "timezone": {"type": "string"},
+        "description": {"type": "string"},
+        "rules": _object({
+            "dates": {"type": "array", "items": {"type": "string"}},
+            "yearly": {"type": "array", "items": {"type": "string"}},
+            "ranges": {"type": "array", "items": _object({
+                "from": {"type": "string"}, "to": {"type": "string"}})},
+            "windows": {"type": "array", "items": {"type": "string"}},
+        }),
+        "created_at": INSTANT,
+        "updated_at": INSTANT,
+    }),
+    "CalendarList": _object({"items": {"type": "array", "items": ref("Calendar")}}),
     "JobInput": {
         **_job_input(["name", "schedule"], "A new job (POST /jobs)."),
         "examples": [
@@ -190,6 +264,7 @@ SCHEMAS: dict[str, Schema] = {
         "tags": {"type": "array", "items": {"type": "string"}},
         "description": {"type": "string"},
         "paused": {"type": "boolean"},
+        "calendars": {"type": "array", "items": {"type": "string"}},
         "id": {"type": "integer"},
         "state": {"type": "string", "enum": _values(JobState)},
         "finished": {
@@ -276,6 +351,7 @@ SCHEMAS: dict[str, Schema] = {
     "Preview": _object({
         "schedule": {"type": "string"},
         "timezone": {"type": "string"},
+        "calendars": {"type": "array", "items": {"type": "string"}},
         "from": INSTANT,
         "times": {"type": "array", "items": INSTANT},
     }),
@@ -317,8 +393,9 @@ ERROR_TEXT = {
     400: "Invalid input: details.field names the field, details.reason says why",
     401: "No token, or an unknown or revoked one",
     403: "The token's role may not do this (viewers only read)",
-    404: "No such job, run or route",
-    409: "Conflict: the name exists, the job runs (trigger) or does not run (kill)",
+    404: "No such job, run, calendar or route",
+    409: "Conflict: the name exists, the job runs (trigger) or does not run (kill), the "
+         "calendar is in use (delete)",
     413: "The body is larger than the limit (1 MiB)",
     429: "Too many refused writes from this token or address: retry after Retry-After seconds",
     503: "The database is unavailable (retry) or, for /readyz, not ready",
@@ -353,6 +430,8 @@ def _param(name: str, where: str, schema: Schema, description: str, *, required:
 
 
 JOB_NAME = _param("name", "path", {"type": "string", "pattern": NAME_PATTERN}, "the job's name")
+CALENDAR_NAME = _param("name", "path", {"type": "string", "pattern": NAME_PATTERN},
+                       "the calendar's name")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE,
                                   "default": 100}, "page size")
 CURSOR = _param("cursor", "query", {"type": "string"}, "next_cursor of the previous page")
@@ -434,6 +513,30 @@ PATHS: dict[str, Schema] = {
             "200": _json(ref("RunPage"), "A page of runs"), **_errors(400, 401, 503),
         }, tag="runs", parameters=RUN_FILTERS),
     },
+    "/api/v1/calendars": {
+        "post": _op("createCalendar", "Create an exclusion calendar", {
+            "201": _json(ref("Calendar"), "Created"),
+            **_errors(400, 401, 403, 409, 413, 429, 503),
+        }, tag="calendars", body=ref("CalendarInput")),
+        "get": _op("listCalendars", "Every exclusion calendar, by name", {
+            "200": _json(ref("CalendarList"), "The calendars"), **_errors(400, 401, 503),
+        }, tag="calendars"),
+    },
+    "/api/v1/calendars/{name}": {
+        "parameters": [CALENDAR_NAME],
+        "get": _op("getCalendar", "An exclusion calendar", {
+            "200": _json(ref("Calendar"), "The calendar"), **_errors(400, 401, 404, 503),
+        }, tag="calendars"),
+        "put": _op("putCalendar", "Create or replace a calendar (idempotent); no job is "
+                   "planned anew: nodes use the new rules from their next plan of each job", {
+            "200": _json(ref("Calendar"), "Replaced (or unchanged)"),
+            "201": _json(ref("Calendar"), "Created"),
+            **_errors(400, 401, 403, 409, 413, 429, 503),
+        }, tag="calendars", body=ref("CalendarReplace")),
+        "delete": _op("deleteCalendar", "Delete a calendar (409 while a job names it)", {
+            "200": _json(ref("Calendar"), "Deleted"), **_errors(*WRITE),
+        }, tag="calendars"),
+    },
     "/api/v1/runs": {
         "get": _op("listRuns", "Runs, newest first", {
             "200": _json(ref("RunPage"), "A page of runs"), **_errors(400, 401, 503),
@@ -473,6 +576,8 @@ PATHS: dict[str, Schema] = {
             _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 1000,
                                       "default": 10}, "how many instants"),
             _param("from", "query", INSTANT, "start after this instant (default: now)"),
+            _param("calendars", "query", {"type": "string", "maxLength": 255},
+                   "comma-separated calendar names: the slots they exclude are left out"),
         ]),
     },
     "/api/v1/audit": {
@@ -525,7 +630,8 @@ DOCUMENT: Schema = {
     },
     "servers": [{"url": "/"}],
     "security": [{"bearerAuth": []}],
-    "tags": [{"name": t} for t in ("jobs", "runs", "cluster", "schedule", "audit", "meta")],
+    "tags": [{"name": t} for t in ("jobs", "calendars", "runs", "cluster", "schedule", "audit",
+                                   "meta")],
     "paths": PATHS,
     "components": {
         "schemas": SCHEMAS,
