@@ -16,11 +16,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 
-# Debian tools the fault tests and the soak use: faketime (one node's wall clock off),
-# stress-ng (a busy machine). Installed from the OS packages when missing.
-TOOLS := faketime stress-ng
+# Debian tools the tests use, as command:package pairs (a package is installed when its
+# command is missing): faketime (one node's wall clock off) and stress-ng (a busy machine)
+# for the fault tests and the soak; chromium and chromium-driver (command chromedriver)
+# for the dashboard's browser tests (tests/ui).
+TOOLS := faketime:faketime stress-ng:stress-ng chromium:chromium chromedriver:chromium-driver
 tools:
-	@missing=""; for t in $(TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	@missing=""; for pair in $(TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -22,6 +22,18 @@ def new_secret() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+#: A dashboard session's cookie secret (and its form token): 256 random bits, URL-safe.
+SESSION_SECRET_LENGTH = 43
+
+
+def new_session_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def looks_like_session_secret(value: str) -> bool:
+    return len(value) == SESSION_SECRET_LENGTH and all(c.isalnum() or c in "-_" for c in value)
+
+
 def hash_secret(secret: str) -> str:
     """The stored form of a secret: sha256, hex (64 characters)."""
     return hashlib.sha256(secret.encode()).hexdigest()
@@ -38,4 +50,7 @@ def may(role: Role, *, write: bool, admin_only: bool = False) -> bool:
     return not write and not admin_only
 
 
-__all__ = ["MAX_SECRET_LENGTH", "TOKEN_PREFIX", "hash_secret", "looks_like_secret", "may", "new_secret"]
+__all__ = [
+    "MAX_SECRET_LENGTH", "SESSION_SECRET_LENGTH", "TOKEN_PREFIX", "hash_secret", "looks_like_secret",
+    "looks_like_session_secret", "may", "new_secret", "new_session_secret",
+]

@@ -847,7 +847,9 @@ def token_ensure_admin(ctx: click.Context, /, name: str) -> None:
     """Create an admin token only if no token exists (``make run``'s first start)."""
     result = _client(ctx).ensure_token(name)
     if result is None:
-        click.echo("an API token exists already (`quartzlite token list`); none created")
+        config = ApiConfig.from_env()
+        click.echo("an API token exists already (`quartzlite token list`); none created\n"
+                   f"the dashboard: http://{config.host}:{config.port}/ui/")
         return
     created, secret = result
     config = ApiConfig.from_env()
@@ -855,7 +857,8 @@ def token_ensure_admin(ctx: click.Context, /, name: str) -> None:
         f"created admin API token {created.name!r}; it is shown only this once, keep it:\n"
         f"    {secret}\n"
         f"use it as: curl -H 'Authorization: Bearer {secret}' "
-        f"http://{config.host}:{config.port}/api/v1/jobs"
+        f"http://{config.host}:{config.port}/api/v1/jobs\n"
+        f"the dashboard: http://{config.host}:{config.port}/ui/ (sign in with the same token)"
     )
 
 

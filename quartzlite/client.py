@@ -30,18 +30,21 @@ from quartzlite.models import (
     Calendar,
     Job,
     JobSpec,
+    Overview,
     Page,
     Pruned,
     Reschedule,
     Run,
     Session,
     Token,
+    UiSession,
 )
 from quartzlite.storage import migrate
 from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.calendars import CalendarStore
 from quartzlite.storage.engine import Database
-from quartzlite.storage.jobs import JobFilter, JobStore, RunFilter
+from quartzlite.storage.jobs import NEVER_RAN, JobFilter, JobStore, RunFilter
+from quartzlite.storage.ui import DashboardStore, UiSessionStore
 from quartzlite.validation import (
     NAME_RE,
     check_unicode,
@@ -64,6 +67,8 @@ MAX_RUNS = 2_147_483_647
 MAX_JITTER_S = schedules.MAX_JITTER_S
 #: The most calendars a job names.
 MAX_JOB_CALENDARS = 8
+#: What ``list_jobs(last_status=...)`` accepts: a run status, or ``never``.
+LAST_STATUSES = (*(s.value for s in RunStatus), NEVER_RAN)
 
 E = TypeVar("E", MisfirePolicy, OverrunPolicy, RecoveryPolicy)
 
@@ -394,6 +399,10 @@ def _limit(limit: int) -> int:
 
 #: Audit details (JSON) longer than this are replaced by a note saying so.
 MAX_AUDIT_DETAILS_BYTES = 60_000
+#: A dashboard session ends after this long without a request (s; 30 minutes) ...
+UI_SESSION_IDLE_S = 1800.0
+#: ... and this long after its sign-in, whatever happens (s; 12 hours).
+UI_SESSION_MAX_S = 12 * 3600.0
 
 
 def _role(role: object) -> Role:
@@ -516,18 +525,28 @@ class SchedulerClient:
         paused: bool | None = None,
         tag: str | None = None,
         name_prefix: str | None = None,
+        last_status: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Job]:
+        """Jobs by name; ``last_status``: the status of a job's newest run, or ``never``
+        for jobs that have not run."""
         if state is not None and state not in {s.value for s in JobState}:
             raise ValidationError("state", f"must be one of {', '.join(s.value for s in JobState)}")
+        if last_status is not None and last_status not in LAST_STATUSES:
+            raise ValidationError("last_status", f"must be one of {', '.join(LAST_STATUSES)}")
         flt = JobFilter(
             state=JobState(state) if state else None,
             paused=paused,
             tag=tag,
             name_prefix=name_prefix,
+            last_status=last_status,
         )
         return self.store.list_jobs(flt, limit=_limit(limit), cursor=cursor)
+
+    def last_statuses(self, names: Sequence[str]) -> dict[str, RunStatus]:
+        """The status of each named job's newest run (jobs that never ran are left out)."""
+        return self.store.last_statuses(names)
 
     def pause_job(self, name: str) -> Job:
         return self.store.set_paused(validate_name(name), True, first_fire)
@@ -699,6 +718,42 @@ class SchedulerClient:
         if token is None:
             raise AuthError("unknown or revoked API token", details={"reason": "unknown"})
         return token
+
+    # -- the dashboard's sessions and overview --------------------------------------
+
+    def open_ui_session(
+        self, secret: str | None, *, client_address: str | None = None,
+        idle_s: float = UI_SESSION_IDLE_S, max_s: float = UI_SESSION_MAX_S,
+    ) -> tuple[str, UiSession]:
+        """Sign a browser in with an API token: (the session's cookie secret, the
+        session). :class:`AuthError` for a missing or unknown token."""
+        token = self.authenticate(secret)
+        assert secret is not None
+        cookie, csrf = auth.new_session_secret(), auth.new_session_secret()
+        UiSessionStore(self.db).create(
+            session_hash=auth.hash_secret(cookie), token_hash=auth.hash_secret(secret), csrf=csrf,
+            client_address=client_address, idle_s=idle_s, max_s=max_s,
+        )
+        return cookie, UiSession(token=token, csrf=csrf, created_at=self.now())
+
+    def ui_session(
+        self, cookie: str | None, *, idle_s: float = UI_SESSION_IDLE_S, max_s: float = UI_SESSION_MAX_S,
+    ) -> UiSession | None:
+        """The live session a cookie secret belongs to; None when missing, unknown,
+        expired (idle or absolute) or when its token was revoked."""
+        if not cookie or not auth.looks_like_session_secret(cookie):
+            return None
+        return UiSessionStore(self.db).find(auth.hash_secret(cookie), idle_s=idle_s, max_s=max_s)
+
+    def close_ui_session(self, cookie: str | None) -> None:
+        """Sign out: the session ends now (nothing when there is none)."""
+        if cookie and auth.looks_like_session_secret(cookie):
+            UiSessionStore(self.db).delete(auth.hash_secret(cookie))
+
+    def overview(self) -> Overview:
+        """The cluster at a glance: nodes, runs executing, the last failures, missed
+        slots in the last hour, nodes expired recently, and fires per minute."""
+        return DashboardStore(self.db).overview()
 
     def record_audit(
         self,

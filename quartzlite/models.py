@@ -270,3 +270,57 @@ class Pruned:
     runs: int
     jobs: int
     before: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UiSession:
+    """A signed-in browser of the dashboard: its token, its form (CSRF) token, and
+    when it signed in."""
+
+    token: Token
+    csrf: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningRun:
+    """A run executing now, with the instant its job row says it started."""
+
+    run: Run
+    started_at: datetime | None
+    kill_requested: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivityMinute:
+    """The runs planned in one minute that started: how many, how many started more
+    than a second late, and their mean and largest lateness (ms)."""
+
+    start: datetime
+    fires: int
+    late: int
+    mean_ms: float | None
+    max_ms: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpiredNode:
+    """A node whose session expired recently, seen through the runs it left abandoned."""
+
+    node: str
+    at: datetime
+    abandoned: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Overview:
+    """What the dashboard's first page shows, read at ``now`` (the database's clock)."""
+
+    now: datetime
+    sessions: list[Session]
+    running: list[RunningRun]
+    problems: list[Run]
+    missed: list[Run]
+    missed_count: int
+    expired: list[ExpiredNode]
+    activity: list[ActivityMinute]

@@ -11,7 +11,7 @@
 -- then run this file in it (mysql quartzlite < sql/schema.sql). Every table states its
 -- engine and character set, so the database's defaults do not matter.
 --
--- The last statements record the schema revision (0007) in ql_alembic_version, so
+-- The last statements record the schema revision (0008) in ql_alembic_version, so
 -- that a later `quartzlite db upgrade` continues from here. The two rows of ql_locks are
 -- required: a node refuses to start without them.
 
@@ -137,6 +137,19 @@ CREATE TABLE ql_tokens (
     CONSTRAINT uq_ql_tokens_hash UNIQUE (token_hash)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 
+-- ql_ui_sessions
+CREATE TABLE ql_ui_sessions (
+    id VARCHAR(64) NOT NULL,
+    token_hash VARCHAR(64) NOT NULL,
+    csrf VARCHAR(64) NOT NULL,
+    client_address VARCHAR(64),
+    created_at DATETIME(6) NOT NULL,
+    seen_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (id)
+) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+CREATE INDEX ix_ql_ui_sessions_seen ON ql_ui_sessions (seen_at);
+CREATE INDEX ix_ql_ui_sessions_token ON ql_ui_sessions (token_hash);
+
 -- ql_audit
 CREATE TABLE ql_audit (
     id BIGINT NOT NULL AUTO_INCREMENT,
@@ -160,6 +173,6 @@ CREATE TABLE ql_alembic_version (
     version_num VARCHAR(32) NOT NULL,
     CONSTRAINT ql_alembic_version_pkc PRIMARY KEY (version_num)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
-INSERT INTO ql_alembic_version (version_num) VALUES ('0007');
+INSERT INTO ql_alembic_version (version_num) VALUES ('0008');
 
 COMMIT;

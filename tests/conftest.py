@@ -76,11 +76,20 @@ def database_url(server_url: str) -> Iterator[str]:
 @pytest.fixture
 def db_url(database_url: str) -> str:
     """The session's database with every table emptied (lock rows kept)."""
-    from quartzlite.storage.tables import audit, calendars, jobs, locks, runs, sessions, tokens
+    from quartzlite.storage.tables import (
+        audit,
+        calendars,
+        jobs,
+        locks,
+        runs,
+        sessions,
+        tokens,
+        ui_sessions,
+    )
 
     engine = create_engine(database_url)
     with engine.begin() as conn:
-        for table in (runs, jobs, sessions, tokens, audit, calendars):
+        for table in (runs, jobs, sessions, ui_sessions, tokens, audit, calendars):
             conn.execute(delete(table))
         conn.execute(update(locks).values(version=0))
     engine.dispose()

@@ -25,6 +25,7 @@ from . import (
     openapi,
     runs,
     schedule,
+    ui,
 )
 from .context import EXTENSION, ApiState, NodeView
 from .metrics import build_registry
@@ -64,21 +65,24 @@ def create_app(
     app.register_blueprint(health.bp)
     for module in (jobs, calendars, runs, cluster, schedule, audit, openapi):
         app.register_blueprint(module.bp, url_prefix=API_PREFIX)
+    ui.register(app)
     app.after_request(_poke_node)
     return app
 
 
 def _response_headers(response: Response) -> Response:
-    response.headers.update(RESPONSE_HEADERS)
+    for name, value in RESPONSE_HEADERS.items():  # the dashboard's static files set their own
+        if name != "Cache-Control" or request.endpoint != "ui.static":
+            response.headers[name] = value
     return response
 
 
 def _poke_node(response: Response) -> Response:
     """After a successful write, the node of this process (``serve``) looks for due work
     at once: a job added or triggered here starts without waiting for the next poll (and
-    a calendar changed here is read again at once)."""
+    a calendar changed here is read again at once). The dashboard's writes answer 303."""
     node = current_app.extensions[EXTENSION].node
-    if node is not None and request.method in WRITES and 200 <= response.status_code < 300:
+    if node is not None and request.method in WRITES and 200 <= response.status_code < 400:
         node.poke()
     return response
 

@@ -83,6 +83,8 @@ def check_request() -> None:
     """before_request: authenticate, then check the role against the method."""
     if request.method == "OPTIONS" or request.url_rule is None:
         return  # unknown routes and wrong methods answer 404/405 to anyone
+    if request.blueprint == "ui":
+        return  # the dashboard signs in with a session cookie (quartzlite.api.ui.session)
     view = current_app.view_functions.get(request.endpoint or "")
     if view is None or getattr(view, _PUBLIC, False):
         return
@@ -99,7 +101,7 @@ def check_request() -> None:
 
 
 def _job_name() -> str | None:
-    if request.blueprint != "jobs":  # a calendar's name is in the path, not the job
+    if request.blueprint not in ("jobs", "ui"):  # a calendar's name is in the path, not the job
         return None
     args = request.view_args or {}
     if isinstance(args.get("name"), str):
@@ -110,7 +112,14 @@ def _job_name() -> str | None:
     return None
 
 
+#: Form fields never recorded: the dashboard's CSRF token and a sign-in's API token.
+_UNRECORDED_FIELDS = frozenset({"csrf_token", "token"})
+
+
 def _body() -> Any:
+    if request.mimetype in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        form = {k: v for k, v in request.form.items() if k not in _UNRECORDED_FIELDS}
+        return form or None
     length = request.content_length
     if length is not None and length > AUDIT_BODY_READ_BYTES:
         return {"unparsed_bytes": length}

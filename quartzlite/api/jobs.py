@@ -50,12 +50,13 @@ def patch(name: str) -> tuple[Response, int]:
 
 @bp.get("/jobs")
 def list_() -> Response:
-    q = Query(("state", "paused", "tag", "prefix", "limit", "cursor"))
+    q = Query(("state", "paused", "tag", "prefix", "last_status", "limit", "cursor"))
     result = get_client().list_jobs(
         state=q.string("state"),
         paused=q.boolean("paused"),
         tag=q.string("tag"),
         name_prefix=q.string("prefix"),
+        last_status=q.string("last_status"),
         limit=q.integer("limit", 100),
         cursor=q.cursor(),
     )

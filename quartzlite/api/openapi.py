@@ -10,6 +10,7 @@ from flask import Blueprint, Response, jsonify
 
 from quartzlite import __version__
 from quartzlite.client import (
+    LAST_STATUSES,
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
     MAX_COMMAND_BYTES,
@@ -480,6 +481,8 @@ PATHS: dict[str, Schema] = {
             _param("paused", "query", {"type": "boolean"}, "paused or active jobs only"),
             _param("tag", "query", {"type": "string"}, "jobs having this tag"),
             _param("prefix", "query", {"type": "string"}, "names starting with this"),
+            _param("last_status", "query", {"type": "string", "enum": list(LAST_STATUSES)},
+                   "the status of the job's newest run, or never (no run yet)"),
             LIMIT,
             CURSOR,
         ]),

@@ -156,6 +156,9 @@ class ApiServer:
             ", ".join(f"{h}:{p}" for h, p in self.addresses), self.connection_limit,
             self.config.channel_timeout_s, extra={"action": "api_listening"},
         )
+        first_host, first_port = self.addresses[0]
+        host = f"[{first_host}]" if ":" in first_host else first_host
+        log.info("dashboard at http://%s:%d/ui/", host, first_port, extra={"action": "ui_listening"})
 
     def _run(self) -> None:
         try:

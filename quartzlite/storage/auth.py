@@ -16,7 +16,7 @@ from quartzlite.errors import Conflict, NotFound
 from quartzlite.models import AuditEntry, Page, Token
 from quartzlite.storage.engine import Database, Tx
 from quartzlite.storage.jobs import decode_cursor, encode_cursor
-from quartzlite.storage.tables import audit, tokens
+from quartzlite.storage.tables import audit, tokens, ui_sessions
 
 
 def token_from_row(row: RowMapping) -> Token:
@@ -78,6 +78,8 @@ class TokenStore:
             if row is None:
                 raise NotFound(f"no token named {name!r}", details={"token": name})
             t.conn.execute(delete(tokens).where(tokens.c.id == row["id"]))
+            # Its dashboard sessions end with it (they are invalid without it anyway).
+            t.conn.execute(delete(ui_sessions).where(ui_sessions.c.token_hash == row["token_hash"]))
             return token_from_row(row)
 
         return self.db.transaction(tx, name="revoke_token")

@@ -104,6 +104,12 @@ class JobFilter:
     paused: bool | None = None
     tag: str | None = None
     name_prefix: str | None = None
+    #: The status of the job's newest run (by id, under its name); ``never`` for none.
+    last_status: str | None = None
+
+
+#: The ``last_status`` filter's value for jobs with no run yet.
+NEVER_RAN = "never"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +220,16 @@ class JobStore:
         if flt.name_prefix:
             escaped = flt.name_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
             query = query.where(jobs.c.active_name.like(escaped + "%"))
+        if flt.last_status is not None:
+            # One backward dive into ix_ql_runs_job_name per job scanned, in name order.
+            newest = (
+                select(runs.c.status).where(runs.c.job_name == jobs.c.active_name)
+                .order_by(runs.c.id.desc()).limit(1).correlate(jobs).scalar_subquery()
+            )
+            if flt.last_status == NEVER_RAN:
+                query = query.where(newest.is_(None))
+            else:
+                query = query.where(newest == flt.last_status)
         if cursor is not None:
             query = query.where(jobs.c.active_name > decode_cursor(cursor, numeric=False))
         query = query.order_by(jobs.c.active_name).limit(limit + 1)
@@ -244,6 +260,19 @@ class JobStore:
         items = found[:limit]
         return Page(items=items, next_cursor=encode_cursor(items[-1].id) if more else None)
 
+    def last_statuses(self, names: Sequence[str]) -> dict[str, RunStatus]:
+        """The status of each named job's newest run (by id); names with no run are
+        left out. One backward dive into ix_ql_runs_job_name per name."""
+        if not names:
+            return {}
+        newest = (
+            select(func.max(runs.c.id)).where(runs.c.job_name.in_(list(names)))
+            .group_by(runs.c.job_name)
+        )
+        query = select(runs.c.job_name, runs.c.status).where(runs.c.id.in_(newest))
+        with self.db.connect() as conn:
+            return {name: RunStatus(status) for name, status in conn.execute(query)}
+
     def get_run(self, run_id: int) -> Run:
         with self.db.connect() as conn:
             row = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
@@ -269,12 +298,15 @@ class JobStore:
 
     def sessions(self) -> list[Session]:
         with self.db.connect() as conn:
-            found = conn.execute(select(sessions).order_by(sessions.c.started_at)).mappings().all()
-            running = conn.execute(
-                select(jobs.c.owner_session, jobs.c.name).where(
-                    jobs.c.state == JobState.EXECUTING.value
-                )
-            ).all()
+            return self.sessions_in(conn)
+
+    @staticmethod
+    def sessions_in(conn: Connection) -> list[Session]:
+        """Every session with the jobs it has executing, read on ``conn``."""
+        found = conn.execute(select(sessions).order_by(sessions.c.started_at)).mappings().all()
+        running = conn.execute(
+            select(jobs.c.owner_session, jobs.c.name).where(jobs.c.state == JobState.EXECUTING.value)
+        ).all()
         by_session: dict[str, list[str]] = {}
         for owner, name in running:
             by_session.setdefault(owner, []).append(name)

@@ -195,6 +195,25 @@ tokens = Table(
     **_TABLE_ARGS,
 )
 
+#: Dashboard sign-ins (/ui): one row per browser session. ``id`` is the sha256 (hex) of
+#: the cookie's secret; ``token_hash`` the signed-in token's, so that revoking the token
+#: ends its sessions (a session is valid only while a token with that hash exists).
+#: ``csrf`` is the session's form token. Idle and absolute expiry are checked against
+#: ``seen_at`` and ``created_at`` by the database clock.
+ui_sessions = Table(
+    "ql_ui_sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("token_hash", String(64), nullable=False),
+    Column("csrf", String(64), nullable=False),
+    Column("client_address", String(64), nullable=True),
+    _instant("created_at", nullable=False),
+    _instant("seen_at", nullable=False),
+    Index("ix_ql_ui_sessions_token", "token_hash"),
+    Index("ix_ql_ui_sessions_seen", "seen_at"),
+    **_TABLE_ARGS,
+)
+
 #: One row per write made through the HTTP API (who, what, which job, from where).
 audit = Table(
     "ql_audit",

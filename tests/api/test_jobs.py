@@ -224,6 +224,27 @@ def test_list_filters_by_state_paused_tag_and_prefix(api: Api, rows: Rows) -> No
     assert names("?state=idle&prefix=etl") == ["etl-a", "etl-b"]
 
 
+def test_list_filters_by_the_status_of_the_newest_run(api: Api, rows: Rows) -> None:
+    for name in ("fails-now", "fine", "never-ran"):
+        api.post("/api/v1/jobs", json=job_body(name))
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    rows.add_run("fails-now", rows.job_id("fails-now"), t0, status="succeeded")
+    rows.add_run("fails-now", rows.job_id("fails-now"), t0 + timedelta(hours=1), status="failed")
+    rows.add_run("fine", rows.job_id("fine"), t0, status="failed")
+    rows.add_run("fine", rows.job_id("fine"), t0 + timedelta(hours=1), status="succeeded")
+
+    def names(query: str) -> list[str]:
+        response = api.get(f"/api/v1/jobs{query}")
+        assert response.status_code == 200, response.get_json()
+        return [j["name"] for j in response.get_json()["items"]]
+
+    assert names("?last_status=failed") == ["fails-now"]
+    assert names("?last_status=succeeded") == ["fine"]
+    assert names("?last_status=never") == ["never-ran"]
+    assert names("?last_status=running") == []
+    assert_error(api.get("/api/v1/jobs?last_status=sleepy"), 400, "validation_error", "last_status")
+
+
 def test_list_pages_with_a_cursor(api: Api) -> None:
     for i in range(7):
         assert api.post("/api/v1/jobs", json=job_body(f"job-{i}")).status_code == 201

@@ -459,10 +459,12 @@ def test_token_commands(db_url: str, client: SchedulerClient) -> None:
     assert code == 0
     assert "qlt_" in out
     assert "shown only this once" in out
+    assert "/ui/" in out  # make run prints the dashboard's address beside the token
     code, out, _ = cli("token", "ensure-admin", "--name", "make-run")
     assert code == 0
     assert "exists already" in out
     assert "qlt_" not in out
+    assert "/ui/" in out
 
     code, out, err = cli("token", "create", "--name", "ci", "--role", "viewer")
     assert code == 0, err
