@@ -747,6 +747,11 @@ def _api_options(*, prefixed: bool) -> Callable[[Callable[..., Any]], Callable[.
                      envvar="QUARTZLITE_API_MAX_HEADER_BYTES", default=None, show_envvar=True,
                      help="largest request line and headers; larger gets 431 "
                      "[default: 32768]"),
+        click.option(*names("trusted-proxy"), "api_trusted_proxy",
+                     envvar="QUARTZLITE_API_TRUSTED_PROXY", default=None, show_envvar=True,
+                     help="address of a TLS-terminating reverse proxy whose X-Forwarded-Proto "
+                     "and X-Forwarded-For are believed (the dashboard's cookie is then "
+                     "Secure) [default: none]"),
     ]
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:

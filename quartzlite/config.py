@@ -271,6 +271,11 @@ class ApiConfig:
     #: requests carry a token and a few headers; the bound keeps a thousand
     #: connections' buffers small. Default 32768.
     max_header_bytes: int = 32 * 1024
+    #: Address of a reverse proxy that terminates TLS in front of the API (e.g.
+    #: ``127.0.0.1``): its ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed, so
+    #: requests count as https (the dashboard's cookie gets ``Secure``) and the client's
+    #: address is the proxy's client. Default '' (none: those headers are dropped).
+    trusted_proxy: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host.strip():

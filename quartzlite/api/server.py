@@ -90,6 +90,14 @@ def check_bind(host: str, client: SchedulerClient) -> None:
         )
 
 
+def _proxy(address: str) -> dict[str, Any]:
+    """waitress's settings for a trusted TLS-terminating proxy (none: no settings)."""
+    if not address.strip():
+        return {}
+    return {"trusted_proxy": address.strip(), "trusted_proxy_count": 1,
+            "trusted_proxy_headers": {"x-forwarded-proto", "x-forwarded-for"}}
+
+
 class ApiServer:
     """A waitress server for ``app`` in a daemon thread."""
 
@@ -104,6 +112,7 @@ class ApiServer:
                 threads=config.threads,
                 ident="quartzlite",
                 clear_untrusted_proxy_headers=True,
+                **_proxy(config.trusted_proxy),
                 # Our own error shape covers bodies too large for Flask; waitress's own
                 # limit only guards against absurd uploads.
                 max_request_body_size=16 * 1024 * 1024,

@@ -115,6 +115,26 @@ def test_a_taken_port_is_a_clear_error(client: SchedulerClient) -> None:
         first.stop(grace_s=1)
 
 
+@pytest.mark.parametrize(("trusted", "secure"), [("", False), ("127.0.0.1", True)])
+def test_the_dashboard_cookie_is_secure_behind_a_trusted_tls_proxy(
+    client: SchedulerClient, trusted: str, secure: bool
+) -> None:
+    """X-Forwarded-Proto: https counts only from the trusted proxy's address: then the
+    dashboard's cookies are Secure; from anyone else the header is dropped."""
+    server = ApiServer(create_app(client), ApiConfig(host="127.0.0.1", port=0, threads=2,
+                                                     trusted_proxy=trusted))
+    server.start()
+    try:
+        request = urllib.request.Request(
+            f"{server.url}/ui/login", headers={"X-Forwarded-Proto": "https"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            cookie = response.headers["Set-Cookie"]
+        assert cookie.startswith("quartzlite_ui_login=") and "HttpOnly" in cookie
+        assert ("Secure" in cookie) is secure, cookie
+    finally:
+        server.stop(grace_s=2)
+
+
 def test_api_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QUARTZLITE_API_HOST", "0.0.0.0")
     monkeypatch.setenv("QUARTZLITE_API_PORT", "9090")
