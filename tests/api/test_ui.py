@@ -75,6 +75,7 @@ def test_sign_in_sets_a_strict_httponly_cookie_and_refuses_bad_tokens(
     app: Flask, admin_secret: str
 ) -> None:
     b = Browser(app)
+    assert b.get("/ui/login").mimetype == "text/html"
     assert b.get("/ui/").status_code == 303  # not signed in: to the sign-in page
     assert b.get("/ui/").headers["Location"] == "/ui/login?next=/ui/"
     refused = b.sign_in("qlt_" + "x" * 43)

@@ -219,6 +219,19 @@ def test_any_input_renders_well_formed_svg_without_inline_style(
     assert len(bars(root, late=False)) == len(CASES[name])
 
 
+def test_the_lateness_series_can_be_renamed_and_the_names_are_escaped() -> None:
+    svg = fires_chart(
+        [bucket(0, 2, p50=10.0, p99=900.0)], title="t", p50_label="mean", p99_label="<max>"
+    )
+    root = parse(svg)
+    assert "mean lateness" in labels(root)
+    assert "<max> lateness" in labels(root)
+    tip = bars(root, late=False)[0].findtext(f"{NS}title") or ""
+    assert "mean 10 ms, <max> 900 ms" in tip
+    assert "<max>" not in svg
+    assert len(polylines(root, "p50")) == 1  # the classes do not change
+
+
 def test_rendering_is_deterministic_and_ids_differ_between_charts() -> None:
     a = fires_chart([bucket(0, 1)], title="a")
     assert a == fires_chart([bucket(0, 1)], title="a")

@@ -176,20 +176,17 @@ def _polylines(cls: str, series: list[tuple[int, float, float | None]], tick: fl
     return out
 
 
-_LEGEND = (
-    ("fires", "rect"),
-    ("late >1 s", "rect"),
-    ("p50 lateness", "line"),
-    ("p99 lateness", "line"),
-)
-
-
-def _legend(x0: float, x_max: float) -> list[str]:
+def _legend(x0: float, x_max: float, p50_label: str, p99_label: str) -> list[str]:
     """Colour keys (classes ``key fires|late|p50|p99``), left out when they do not fit."""
+    keys = (
+        ("fires", "fires", "rect"),
+        ("late", "late >1 s", "rect"),
+        ("p50", f"{p50_label} lateness", "line"),
+        ("p99", f"{p99_label} lateness", "line"),
+    )
     out = ['<g class="legend">']
     x = x0
-    for text, shape in _LEGEND:
-        cls = text.split()[0]
+    for cls, text, shape in keys:
         if shape == "rect":
             out.append(f'<rect class="key {cls}" x="{_num(x)}" y="5" width="10" height="10"/>')
         else:
@@ -220,15 +217,25 @@ def _chart_id(title: str, points: Sequence[_Point], width: int, height: int) -> 
 
 
 def fires_chart(
-    buckets: Sequence[Bucket], *, width: int = 720, height: int = 180, title: str
+    buckets: Sequence[Bucket],
+    *,
+    width: int = 720,
+    height: int = 180,
+    title: str,
+    p50_label: str = "p50",
+    p99_label: str = "p99",
 ) -> str:
     """An ``<svg class="chart">`` of fires per bucket (on-time ``rect.bar`` with the late
     ones stacked on top as ``rect.bar.late``) and the p50/p99 lateness lines on a second
-    (right) axis. Each bar has a ``<title>`` tooltip; ``<desc>`` sums the window up."""
+    (right) axis. Each bar has a ``<title>`` tooltip; ``<desc>`` sums the window up.
+
+    ``p50_label``/``p99_label`` name the two lateness series in the legend, the tooltips
+    and the description (e.g. ``"mean"``/``"max"`` when the buckets carry those instead);
+    the CSS classes stay ``p50``/``p99``."""
     width = max(_MIN_WIDTH, int(width))
     height = max(_MIN_HEIGHT, int(height))
     points, slots = _points(buckets)
-    cid = _chart_id(title, points, width, height)
+    cid = _chart_id(f"{title}\0{p50_label}\0{p99_label}", points, width, height)
     left, right, top, bottom = _LEFT, width - _RIGHT, _TOP, height - _BOTTOM
     plot_w, plot_h = right - left, bottom - top
 
@@ -250,8 +257,8 @@ def fires_chart(
             f"to {last:%Y-%m-%d %H:%M} UTC: "
             f"{total:,} fires, {late_total:,} of them more than "
             f"{LATE_THRESHOLD_MS / 1000:g} s late, at most {max_fires:,} in one bucket. "
-            f"Highest lateness: p50 {_duration(max(p50s, default=None))}, "
-            f"p99 {_duration(max(p99s, default=None))}."
+            f"Highest lateness: {p50_label} {_duration(max(p50s, default=None))}, "
+            f"{p99_label} {_duration(max(p99s, default=None))}."
         )
 
     parts = [
@@ -271,7 +278,7 @@ def fires_chart(
     parts.append(f'<line class="axis" x1="{right}" y1="{top}" x2="{right}" y2="{bottom}"/>')
 
     # The legend, above the plot.
-    parts.extend(_legend(left, right))
+    parts.extend(_legend(left, right, p50_label, p99_label))
 
     # Axis labels: maxima at the top, zeros at the baseline.
     parts.append(_text(left - 4, bottom + 4, "0", anchor="end"))
@@ -307,7 +314,7 @@ def fires_chart(
         x = cx - bar_w / 2
         tooltip = _esc(
             f"{p.start:%Y-%m-%d %H:%M} UTC: {p.fires:,} fires, {p.late:,} late; "
-            f"p50 {_duration(p.p50)}, p99 {_duration(p.p99)}"
+            f"{p50_label} {_duration(p.p50)}, {p99_label} {_duration(p.p99)}"
         )
         h_all = p.fires / max_fires * plot_h if max_fires else 0.0
         h_late = p.late / max_fires * plot_h if max_fires else 0.0

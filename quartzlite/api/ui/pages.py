@@ -87,7 +87,8 @@ def overview() -> Rendered:
                       p99_ms=m.max_ms)
         for m in view.activity
     ]
-    chart = charts.fires_chart(buckets, title="Runs started per minute, last 3 hours (UTC)")
+    chart = charts.fires_chart(buckets, title="Runs started per minute, last 3 hours (UTC)",
+                               p50_label="mean", p99_label="max")
     return _render("ui/overview.html", view=view, chart=chart, node_names=_nodes_by_session(view.sessions))
 
 

@@ -141,7 +141,7 @@ def login() -> Response | tuple[str, int]:
 def _login_form(next_url: str, error: str | None, status: int) -> tuple[str, int] | Response:
     token = secrets_.new_session_secret()
     body = render_template("ui/login.html", next_url=next_url, error=error, login_csrf=token)
-    response = Response(body, status=status)
+    response = Response(body, status=status, mimetype="text/html")
     _set_cookie(response, LOGIN_COOKIE, token, max_age=3600)
     return response
 

@@ -37,7 +37,8 @@
       if (!/^\d{4}-\d\d-\d\d[T ]\d\d:\d\d/.test(iso)) { continue; }  // dates, durations: leave
       // The server sends UTC; an instant without an offset would be read as local time.
       if (!/(Z|[+-]\d\d:?\d\d)$/i.test(iso)) { iso += "Z"; }
-      var d = new Date(iso.replace(" ", "T"));
+      // Python writes microseconds; Date is only specified for milliseconds.
+      var d = new Date(iso.replace(" ", "T").replace(/(\.\d{3})\d+/, "$1"));
       if (isNaN(d.getTime())) { continue; }
       var zone = zoneName(d);
       el.textContent = stamp(d, false) + (zone ? " " + zone : "");
@@ -77,6 +78,20 @@
       evt.stopPropagation();
     }
   }, true);
+
+  // ---- (e) a polling region holds still while the reader has something open in it ----------
+  // The history's output tails are <details>: a refresh would close the one being read, and
+  // a refresh while a control inside the region has focus would move the keyboard user.
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    var region = evt.detail && evt.detail.elt;
+    if (!region || !region.getAttribute || !region.getAttribute("hx-trigger")) { return; }
+    if (!/every /.test(region.getAttribute("hx-trigger"))) { return; }
+    var active = document.activeElement;
+    if (region.querySelector("details[open]") ||
+        (active && active !== document.body && region.contains(active))) {
+      evt.preventDefault();
+    }
+  });
 
   // ---- start -------------------------------------------------------------------------------
   function start() {
