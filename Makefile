@@ -112,9 +112,18 @@ reliability-report: venv db
 		tests/cluster/test_fence_outcomes.py::test_database_killed_mid_burst_never_reruns_a_finished_run
 	$(PY) scripts/reliability_report.py .reliability.jsonl docs/reliability.md .soak.jsonl
 
+.PHONY: screenshots
+# docs/ui/*.png, the dashboard's pages as the README shows them: a demo cluster (a private
+# qlshots_* database on the server of QUARTZLITE_DATABASE_URL, dropped afterwards; ~25
+# jobs, a few hours of synthetic history, `quartzlite serve` and one more node) in
+# Debian's headless Chromium (`tools` installs it). About two minutes.
+screenshots: venv db tools
+	$(PY) scripts/screenshots.py
+
 .PHONY: bench
 # The benchmark (not part of `make test`): the same workloads (burst, steady, failover,
-# idle at scale, cost curve) on quartzlite and on APScheduler 3.11, against the server of
+# idle at scale, cost curve) on quartzlite and on APScheduler 3.11, and the dashboard's page
+# speed with 100,000 jobs and 1,000,000 runs (ui), against the server of
 # QUARTZLITE_DATABASE_URL in fresh qlbench_* databases (dropped afterwards). Prints the
 # table, writes bench/results.json and docs/benchmarks.md. ~15 minutes; BENCH_QUICK=1
 # runs shorter windows.
