@@ -17,6 +17,46 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from quartzlite.errors import ValidationError
 
 DEFAULT_DATABASE_URL = "mysql+pymysql://root@127.0.0.1:3306/quartzlite"
+#: MySQL's port, for a host given without one.
+DEFAULT_PORT = 3306
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseHost:
+    """One server of the database URL's host list."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def database_hosts(url: str) -> tuple[str, tuple[DatabaseHost, ...]]:
+    """The servers a database URL names. A URL may list several members of one cluster
+    (Galera), comma-separated: ``mysql+pymysql://user@db1:3306,db2,db3:3307/quartzlite``
+    (port 3306 when left out). Returns the URL with only the first host, and every host
+    in the order given: the order in which a node tries them."""
+    parts = urlsplit(url)
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    hosts = []
+    for item in (part.strip() for part in hostlist.split(",")):
+        if not item:
+            raise ValidationError("database_url", "has an empty entry in its host list")
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port_text = rest.removeprefix(":")
+        else:
+            host, _, port_text = item.partition(":")
+        try:
+            port = int(port_text) if port_text else DEFAULT_PORT
+        except ValueError:
+            raise ValidationError("database_url", f"has a bad port in {item!r}") from None
+        if not host or not 0 < port < 65536:
+            raise ValidationError("database_url", f"has a bad host or port in {item!r}")
+        hosts.append(DatabaseHost(host, port))
+    first = hostlist.split(",")[0].strip()
+    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{first}")), tuple(hosts)
 #: Longest run history a retention or a prune may ask for (100 years).
 MAX_RETENTION_S = 36500 * 86400.0
 
@@ -205,7 +245,9 @@ class NodeConfig:
             return Path(self.state_dir)
         base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
         url = urlsplit(self.database_url)
-        where = f"{url.hostname or ''}:{url.port or 3306}{url.path}"
+        # The first host of a list names the cluster (one journal for all its members).
+        first = database_hosts(self.database_url)[1][0]
+        where = f"{first.host}:{first.port}{url.path}"
         return Path(base, "quartzlite", hashlib.sha256(where.encode()).hexdigest()[:16])
 
     @classmethod

@@ -27,6 +27,7 @@ import pymysql.connections
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import Connection, make_url
 
+from quartzlite.config import DatabaseHost, database_hosts
 from quartzlite.errors import StoreError, TransientStoreError
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ T = TypeVar("T")
 #: Lock wait timeout: the server rolled back only the statement; we roll back all.
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
+#: Galera: the member is not in the primary component, or not ready for clients
+#: ("WSREP has not yet prepared node for application use").
+ER_UNKNOWN_COM_ERROR = 1047
 #: KILL of a thread that is gone already.
 ER_NO_SUCH_THREAD = 1094
 #: Errors that may succeed when the transaction is run again.
@@ -43,6 +47,7 @@ RETRYABLE_CODES = frozenset(
         ER_LOCK_WAIT_TIMEOUT,
         ER_LOCK_DEADLOCK,
         1040,  # too many connections
+        ER_UNKNOWN_COM_ERROR,  # Galera: this member left the primary component
         1053,  # server shutdown in progress
         1927,  # MariaDB: connection killed
         2003,  # can't connect
@@ -56,7 +61,9 @@ RETRYABLE_CODES = frozenset(
 )
 #: Errors after which the connection is dead: a COMMIT that hit one of these has
 #: an unknown outcome.
-CONNECTION_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2014, 2055, 4031})
+CONNECTION_CODES = frozenset(
+    {ER_UNKNOWN_COM_ERROR, 1053, 1927, 2003, 2006, 2013, 2014, 2055, 4031}
+)
 
 
 def error_code(error: BaseException) -> int | None:
@@ -92,8 +99,41 @@ class _Connection(pymysql.connections.Connection):
             return _Connection._preferred
 
 
-def _connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
-    return _Connection(*cargs, **cparams)
+#: Galera member states in which a member serves clients with every commit applied.
+READY_STATES = frozenset({"Synced"})
+#: A causal read on Galera: a statement waits until the member has applied every
+#: commit the cluster had made when it began (READ and SELECT ... FOR UPDATE).
+GALERA_SYNC_WAIT = 1
+
+
+class NotReady(Exception):
+    """A server of the host list answered but may not serve (a Galera member that is
+    not Synced, not ready, or outside the primary component)."""
+
+
+def check_member(conn: pymysql.connections.Connection) -> str | None:
+    """None when the server may serve quartzlite; else why not. A Galera member must be
+    ready, Synced and in the primary component; its sessions then read causally
+    (``wsrep_sync_wait``), so that every read that decides anything sees every commit
+    made on any member before it."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
+        row = cur.fetchone()
+        if row is None or str(row[1]).upper() != "ON":
+            return None  # not a Galera member
+        cur.execute(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN "
+            "('wsrep_ready', 'wsrep_local_state_comment', 'wsrep_cluster_status')"
+        )
+        status = {str(k): str(v) for k, v in cur.fetchall()}
+        if status.get("wsrep_ready", "").upper() != "ON":
+            return "its wsrep_ready is not ON"
+        if status.get("wsrep_cluster_status") != "Primary":
+            return f"it is outside the primary component ({status.get('wsrep_cluster_status')})"
+        if status.get("wsrep_local_state_comment") not in READY_STATES:
+            return f"it is {status.get('wsrep_local_state_comment')}, not Synced"
+        cur.execute(f"SET SESSION wsrep_sync_wait = {GALERA_SYNC_WAIT}")
+    return None
 
 
 @dataclass(slots=True)
@@ -130,7 +170,10 @@ class Database:
     ) -> None:
         self.url = url
         self.on_error = on_error
-        parsed = make_url(url)
+        single, self.hosts = database_hosts(url)
+        #: The host list's member the newest connection went to (``quartzlite cluster``).
+        self.member: DatabaseHost | None = None
+        parsed = make_url(single)
         if not parsed.drivername.startswith("mysql"):
             raise StoreError(f"database URL must be a mysql+pymysql:// URL, got {parsed.drivername}")
         connect_args: dict[str, Any] = {
@@ -174,43 +217,76 @@ class Database:
         #: them on the server.
         self._raw: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         for engine in (self.engine, self.auto):
-            event.listen(engine, "do_connect", _connect)
+            event.listen(engine, "do_connect", self._connect)
             event.listen(engine, "connect", self._opened)
+            event.listen(engine, "handle_error", _member_lost)
+
+    def _connect(self, dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
+        """A connection to the first server of the host list that answers and may serve
+        (:func:`check_member`); a Galera member that left the primary component or is not
+        Synced is passed over. None of them: error 2003, retried like any outage."""
+        reasons = []
+        for host in self.hosts:
+            params = {**cparams, "host": host.host, "port": host.port}
+            try:
+                conn = _Connection(*cargs, **params)
+            except pymysql.err.MySQLError as error:
+                if len(self.hosts) == 1:
+                    raise
+                reasons.append(f"{host}: {error.args[-1] if error.args else error}")
+                continue
+            try:
+                why = check_member(conn)
+            except pymysql.err.MySQLError as error:
+                why = f"its state could not be read ({error.args[-1] if error.args else error})"
+            if why is None:
+                if self.member != host:
+                    if self.member is not None:
+                        log.warning("database connections now go to %s", host,
+                                    extra={"action": "db_member", "member": str(host)})
+                    self.member = host
+                return conn
+            conn.close()
+            reasons.append(f"{host}: {why}")
+        raise pymysql.err.OperationalError(2003, "no database server may serve: " + "; ".join(reasons))
 
     def _opened(self, dbapi_connection: Any, record: Any) -> None:
         self._raw[dbapi_connection] = time.monotonic()
 
-    def server_threads(self) -> list[tuple[int, float]]:
-        """(server thread id, monotonic instant it was opened) of this database's
-        connections still open on our side (idle or in use: a statement may be stuck
-        on a dead link)."""
+    def server_threads(self) -> list[tuple[int, float, str]]:
+        """(server thread id, monotonic instant it was opened, the server's host:port) of
+        this database's connections still open on our side (idle or in use: a statement
+        may be stuck on a dead link)."""
         found = []
         for raw, opened in list(self._raw.items()):
             if getattr(raw, "open", False):
                 try:
-                    found.append((int(raw.thread_id()), opened))
+                    found.append((int(raw.thread_id()), opened, _server_of(raw)))
                 except (TypeError, ValueError, IndexError):
                     pass
         return found
 
-    def end_threads(self, threads: Iterable[tuple[int, float]]) -> int:
+    def end_threads(self, threads: Iterable[tuple[int, float, str]]) -> int:
         """``KILL CONNECTION`` each of these server threads (from :meth:`server_threads`
         of another Database: our own, and any account may end its own threads) from a
         connection of this one; those gone already are skipped. Returns how many were
         ended. Their open transactions roll back and their locks go at once, instead of
         when the server times them out.
 
-        Only connections opened while the server now answering was up: a thread id from
+        Only connections to the server this one reaches, opened while it was up: a thread id from
         before a restart may belong to someone else's connection by now (ids start over),
         and this must never end a peer's or an operator's session."""
         ended = 0
         with self.connect() as conn:
+            here = _server_of(conn.connection.dbapi_connection)
             uptime = float(conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Uptime'").one()[1])
             # The server started no later than this (Uptime counts whole seconds, and we
             # read it a round trip ago); a margin for the clocks' steps.
             up_since = time.monotonic() - uptime + 1.5
-            for thread_id, opened in threads:
-                if opened < up_since:
+            for thread_id, opened, server in threads:
+                # Thread ids are per server: one of another member of the host list is
+                # some other connection here.
+                if opened < up_since or server != here:
                     continue
                 try:
                     conn.exec_driver_sql(f"KILL CONNECTION {int(thread_id)}")
@@ -350,6 +426,19 @@ class Database:
             )
         text = str(error.orig) if error.orig is not None else str(error)
         return StoreError(f"database error: {text}", details={"mysql_error": code})
+
+
+def _server_of(raw: Any) -> str:
+    """host:port of a driver connection (PyMySQL keeps what it connected to)."""
+    return f"{getattr(raw, 'host', '?')}:{getattr(raw, 'port', '?')}"
+
+
+def _member_lost(context: Any) -> None:
+    """A Galera member that left the primary component answers every statement with
+    1047: treat it as a lost connection, so the pool's connections to it are dropped
+    and the next one goes to a member that may serve."""
+    if error_code(context.original_exception) == ER_UNKNOWN_COM_ERROR:
+        context.is_disconnect = True
 
 
 def _no_rollback(dbapi_connection: Any) -> None:

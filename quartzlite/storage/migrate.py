@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from alembic import command
 from alembic.config import Config
@@ -14,6 +15,7 @@ from alembic.util import CommandError
 from sqlalchemy import create_engine, exc, pool, select, text
 from sqlalchemy.engine import make_url
 
+from quartzlite.config import database_hosts
 from quartzlite.errors import SchemaError, StoreError
 from quartzlite.storage.engine import Database
 from quartzlite.storage.tables import LOCK_NAMES, locks
@@ -73,7 +75,31 @@ def ensure_database(database_url: str) -> bool:
         engine.dispose()
 
 
+def one_server(database_url: str) -> str:
+    """The URL with its host list (several members of one cluster) narrowed to the first
+    member that answers and may serve: schema changes run on one of them."""
+    single, hosts = database_hosts(database_url)
+    if len(hosts) == 1:
+        return database_url
+    # Without the database part: upgrade creates the database when it does not exist.
+    db = Database(urlunsplit(urlsplit(database_url)._replace(path="/")))
+    try:
+        with db.auto.connect():
+            pass
+    except exc.DBAPIError as error:
+        raise StoreError(f"no server of the host list answers: {error.orig}") from error
+    finally:
+        db.dispose()
+    member = db.member
+    assert member is not None
+    host = f"[{member.host}]" if ":" in member.host else member.host
+    parts = urlsplit(single)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{host}:{member.port}"))
+
+
 def upgrade(database_url: str, revision: str = "head") -> None:
+    database_url = one_server(database_url)
     ensure_database(database_url)
     try:
         command.upgrade(alembic_config(database_url), revision)
@@ -84,6 +110,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 
 def downgrade(database_url: str, revision: str) -> None:
+    database_url = one_server(database_url)
     try:
         command.downgrade(alembic_config(database_url), revision)
     except exc.DBAPIError as error:

@@ -297,7 +297,7 @@ def test_a_fenced_node_never_ends_a_connection_that_is_not_its_own() -> None:
         try:
             with node_db.connect() as conn:
                 conn.exec_driver_sql("SELECT 1")
-            (stale_id, _), = node_db.server_threads()
+            (stale_id, _, _), = node_db.server_threads()
             # Uptime counts whole seconds: restart well after the connection opened.
             time.sleep(2.0)  # not a wait for a condition: the old connection must be old
             server.restart()
@@ -307,7 +307,7 @@ def test_a_fenced_node_never_ends_a_connection_that_is_not_its_own() -> None:
                     others.append(pymysql.connect(host="127.0.0.1", port=server.port, user="root"))
                 # (ids start over: one of these has the stale id, unless the server's
                 # own threads took it)
-                assert [t for t, _ in node_db.server_threads()] == [stale_id]  # still "open"
+                assert [t for t, _, _ in node_db.server_threads()] == [stale_id]  # still "open"
                 assert results_db.end_threads(node_db.server_threads()) == 0
                 for other in others:
                     with other.cursor() as cursor:
@@ -317,7 +317,10 @@ def test_a_fenced_node_never_ends_a_connection_that_is_not_its_own() -> None:
                 time.sleep(2.0)  # not a wait for a condition: the margin itself
                 with node_db.connect() as conn:
                     conn.exec_driver_sql("SELECT 1")
-                fresh = [(t, o) for t, o in node_db.server_threads() if t != stale_id]
+                fresh = [(t, o, w) for t, o, w in node_db.server_threads() if t != stale_id]
+                # Thread ids are per server: the same one on another server is left alone.
+                elsewhere = [(t, o, "127.0.0.1:1") for t, o, _ in fresh]
+                assert results_db.end_threads(elsewhere) == 0
                 assert results_db.end_threads(fresh) == 1
             finally:
                 for c in others:
