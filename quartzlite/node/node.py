@@ -100,7 +100,7 @@ from quartzlite.node.services.base import Service
 from quartzlite.node.shellwatch import ShellWatch
 from quartzlite.node.stats import NodeStats
 from quartzlite.node.workers import WorkerPool
-from quartzlite.storage import migrate
+from quartzlite.storage import migrate, safety
 from quartzlite.storage.engine import Database
 from quartzlite.storage.node import NodeStore, SpecCache
 
@@ -343,6 +343,11 @@ class Node:
         """Run until stopped (0), fenced (3), forced (4) or broken (1/2)."""
         try:
             migrate.check_ready(self.db)
+            safety.check_database(self.db, safety.Timing(
+                heartbeat_interval_s=self.config.heartbeat_interval_s,
+                fence_after_s=self.config.fence_after_s,
+                session_timeout_s=self.config.session_timeout_s,
+            ))
             self._replay_journals()
             started = self.store.register(
                 session_id=self.session_id, host=self.config.host, pid=self.pid,

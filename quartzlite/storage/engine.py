@@ -190,6 +190,7 @@ class Database:
                 + (f", wait_timeout={int(idle_timeout_s)}" if idle_timeout_s else "")
             ),
         }
+        self._connect_args = connect_args
         # Two pools: transactions (READ COMMITTED; every use ends in an explicit COMMIT
         # or ROLLBACK, so the pool need not reset connections on return), and
         # autocommit reads and the heartbeat (no BEGIN/COMMIT/ROLLBACK at all). Every
@@ -249,6 +250,23 @@ class Database:
             conn.close()
             reasons.append(f"{host}: {why}")
         raise pymysql.err.OperationalError(2003, "no database server may serve: " + "; ".join(reasons))
+
+    def members(self) -> Iterator[tuple[DatabaseHost, pymysql.connections.Connection | None]]:
+        """A short-lived driver connection to each server of the host list in turn (None
+        for one that does not answer), closed when the caller moves on."""
+        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
+        for host in self.hosts:
+            params = {**cparams, **self._connect_args, "host": host.host, "port": host.port,
+                      "connect_timeout": 2, "read_timeout": 2}
+            try:
+                conn = _Connection(*cargs, **params)
+            except pymysql.err.MySQLError:
+                yield host, None
+                continue
+            try:
+                yield host, conn
+            finally:
+                conn.close()
 
     def _opened(self, dbapi_connection: Any, record: Any) -> None:
         self._raw[dbapi_connection] = time.monotonic()
