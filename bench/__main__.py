@@ -1,7 +1,7 @@
 """Run every workload on quartzlite and APScheduler, write bench/results.json and
 docs/benchmarks.md, print the table.
 
-    python -m bench [--only burst,steady,failover,idle,cost] [--merge]
+    python -m bench [--only burst,steady,shell,failover,idle,cost,ui] [--merge]
 
 ``BENCH_QUICK=1`` shrinks the windows (for iterating on the bench itself). ``--only``
 runs some workloads; with ``--merge`` their results replace those parts of the existing
@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from bench import aps, ql, report, util
+from bench import aps, ql, report, ui, util
 from bench.util import QUICK, Server, log
 
-WORKLOADS = ("burst", "steady", "shell", "failover", "idle", "cost")
+WORKLOADS = ("burst", "steady", "shell", "failover", "idle", "cost", "ui")
 
 #: Sizes and durations: (full, quick).
 PLAN = {
@@ -45,6 +45,9 @@ PLAN = {
     "cli_import": (100_000, 10_000),
     "cost_ns": ((50, 200, 1000, 5000), (50, 1000, 5000)),
     "cost_s": (15, 6),
+    "ui_jobs": (100_000, 20_000),
+    "ui_runs": (1_000_000, 200_000),
+    "ui_timed": (ui.TIMED, 10),
 }
 
 
@@ -182,8 +185,16 @@ def cost(server: Server) -> dict[str, Any]:
     return curve
 
 
+def ui_pages(server: Server) -> dict[str, Any]:
+    """The dashboard's pages on a seeded database (server time of each, and its plans)."""
+    jobs, runs = plan("ui_jobs"), plan("ui_runs")
+    return attempt(f"dashboard pages, {jobs:,} jobs and {runs:,} runs",
+                   partial(ui.measure, server, jobs, runs, ui.WARMUP, plan("ui_timed")))
+
+
 RUNNERS: dict[str, Callable[[Server], dict[str, Any]]] = {
     "burst": burst, "steady": steady, "shell": shell, "failover": failover, "idle": idle, "cost": cost,
+    "ui": ui_pages,
 }
 
 

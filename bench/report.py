@@ -149,7 +149,79 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"bulk creation ({c['path']}) of {c['jobs']:,} jobs >= 5,000 jobs/s",
                 f"{fmt(c['jobs_per_s'])} jobs/s ({fmt(c['seconds'], 2)} s)", ">= 5,000 /s",
                 c["jobs_per_s"] >= 5000))
+    u = w.get("ui")
+    if u and "error" not in u:
+        named = [(key, UI_PAGE_LABELS.get(key, key), (u["pages"].get(key) or {})) for key in UI_TARGET_PAGES]
+        ok = all(p.get("p95_ms") is not None and p["p95_ms"] < u["limit_ms"] for _, _, p in named)
+        found.append(_target(
+            f"dashboard pages < {u['limit_ms']:g} ms server time (overview, jobs list, job page; "
+            f"{u['jobs']:,} jobs, {u['runs']:,} runs)",
+            "; ".join(f"{label} p95 {fmt(p.get('p95_ms'))} ms (median {fmt(p.get('median_ms'))})"
+                      for _, label, p in named),
+            f"p95 < {u['limit_ms']:g} ms each", ok,
+            "Flask test client in the bench's process: the wall time of each GET (routing, "
+            "session check, reads, template)"))
     return found
+
+
+#: The dashboard pages the target names, and how the tables call each page.
+UI_TARGET_PAGES = ("overview", "jobs", "job")
+UI_PAGE_LABELS = {
+    "overview": "overview", "overview_live": "overview, live region (htmx, every 2 s)",
+    "jobs": "jobs list", "jobs_prefix": "jobs list, name prefix", "jobs_last_failed":
+    "jobs list, last status failed", "jobs_executing": "jobs list, state executing",
+    "job": "job page (busiest job)", "job_history": "job page, history region (htmx, every 2 s)",
+    "runs": "runs", "runs_failed": "runs, status failed", "runs_job": "runs of one job",
+    "audit": "audit",
+}
+
+
+def ui_rows(results: dict[str, Any]) -> list[Row]:
+    """One row per dashboard page: path, median, p95, max, statements, target."""
+    u = _get(results, "workloads", "ui") or {}
+    rows: list[Row] = []
+    for key, page in (u.get("pages") or {}).items():
+        if page.get("target"):
+            verdict = f"< {fmt(u['limit_ms'], 0)} ms: " + ("PASS" if page.get("pass") else "MISS")
+        else:
+            verdict = "information"
+        rows.append([UI_PAGE_LABELS.get(key, key), f"`{page['path']}`", fmt(page["median_ms"]),
+                     fmt(page["p95_ms"]), fmt(page["max_ms"]), str(len(page.get("statements", []))),
+                     fmt(round(sum(s["ms"] for s in page.get("statements", [])), 1)), verdict])
+    return rows
+
+
+def ui_plan_rows(results: dict[str, Any]) -> list[Row]:
+    """Each distinct SELECT the pages ran, once: the pages running it, its plan (each
+    table's key), the rows the optimizer estimated and those really read (ANALYZE), and
+    its time in the captured request."""
+    u = _get(results, "workloads", "ui") or {}
+    seen: dict[str, dict[str, Any]] = {}
+    for key, page in (u.get("pages") or {}).items():
+        for st in page.get("statements", []):
+            plan = st.get("explain")
+            if not plan or "tables" not in plan:
+                continue
+            entry = seen.setdefault(st["full_sql"], {"sql": st["sql"], "pages": [], "plan": plan,
+                                                     "ms": st["ms"], "times": 0})
+            if key not in entry["pages"]:
+                entry["pages"].append(key)
+            entry["times"] += 1
+            if plan.get("rows_read", 0) > entry["plan"].get("rows_read", 0):
+                entry["plan"] = plan
+            entry["ms"] = max(entry["ms"], st["ms"])
+    rows: list[Row] = []
+    for entry in seen.values():
+        plan = entry["plan"]
+        keys = "; ".join(
+            f"{t['table']}: {t['key'] or ('-' if t['type'] is None else t['type'].upper() + ' (no key)')}"
+            + (" +filesort" if "filesort" in (t.get("extra") or "") else "")
+            for t in plan["tables"] if t["table"] is not None) or "no table"
+        pages = entry["pages"]
+        where = "every page" if len(pages) >= len(u.get("pages") or {}) else ", ".join(pages)
+        rows.append([where, f"`{entry['sql']}`", keys, fmt(plan.get("rows_estimate")),
+                     fmt(plan.get("rows_read"), 0), fmt(entry["ms"], 2)])
+    return rows
 
 
 # -- the table ------------------------------------------------------------------------
@@ -422,6 +494,10 @@ def md_table(headers: Sequence[str], rows: Sequence[Row], numeric_from: int = 2,
     return "\n".join(lines)
 
 
+UI_HEADERS = ("page", "path", "median ms", "p95 ms", "max ms", "statements", "SQL ms (one request)",
+              "target")
+
+
 def terminal(results: dict[str, Any]) -> str:
     found = targets(results)
     parts = [text_table(HEADERS, table_rows(results)), "",
@@ -431,6 +507,8 @@ def terminal(results: dict[str, Any]) -> str:
                         [[t["target"], t["value"], t["limit"], t["result"], t["note"]]
                          for t in found]), "",
              text_table(("run", "settings"), settings_rows(results))]
+    if ui_rows(results):
+        parts += ["", text_table(UI_HEADERS, ui_rows(results))]
     missed = [t["target"] for t in found if t["result"] == "MISS"]
     parts += ["", f"targets: {len(found) - len(missed)} PASS, {len(missed)} MISS"
               + (": " + "; ".join(missed) if missed else "")]
@@ -592,6 +670,7 @@ def markdown(results: dict[str, Any]) -> str:
             if other:
                 lines += ["", "Other commands (not statements): " +
                           ", ".join(f"{k} {v}" for k, v in other.items()) + "."]
+    lines += ui_markdown(results)
     if unclean:
         lines += ["", "## Windows with other clients active", "",
                   "These windows' statement counts include statements of other clients of the "
@@ -601,6 +680,93 @@ def markdown(results: dict[str, Any]) -> str:
     if errors:
         lines += ["", "## Errors", ""] + [f"* {name}: {message}" for name, message in errors]
     return "\n".join(lines) + "\n"
+
+
+def ui_markdown(results: dict[str, Any]) -> list[str]:
+    """The dashboard's section: each page's server time, how the indexes keep it flat,
+    and each statement's plan."""
+    u = _get(results, "workloads", "ui")
+    if not u:
+        return []
+    lines = ["", "## Dashboard page speed", ""]
+    if "error" in u:
+        return [*lines, f"The run failed: {u['error']}"]
+    seed = u.get("seed", {})
+    host = u.get("host_cpu", {})
+    lines += [
+        f"The issue's target: the overview, the jobs list and a job's page render in under "
+        f"{fmt(u['limit_ms'], 0)} ms of server time with 100,000 jobs and 1,000,000 runs in the "
+        f"database. Measured {u.get('measured_at', '?')} (quartzlite at "
+        f"{u.get('quartzlite_commit', '?')}): **{u['jobs']:,} jobs and {u['runs']:,} runs** in a fresh database "
+        f"(`bench/ui.py`: jobs through `SchedulerClient.add_jobs` in {fmt(seed.get('jobs_seconds'))} s, "
+        f"runs by multi-row INSERTs spread over the last 7 days in {fmt(seed.get('runs_seconds'))} s: "
+        f"the busiest job `{seed.get('busiest_job')}` has {fmt(seed.get('busiest_runs'))} runs, 1% of "
+        "the jobs share half of the rest; ~95% succeeded, 3% failed, 0.5% timed out or abandoned, "
+        f"1% missed; {fmt(seed.get('running'))} runs executing on {len(seed.get('sessions') or [])} "
+        f"fake live nodes; {fmt(seed.get('audit'))} audit entries; then `ANALYZE TABLE`).",
+        "",
+        f"A Flask test client of `quartzlite.api.create_app` signs in through the form, then each "
+        f"page gets {u['warmup']} warm-up requests and {u['timed']} timed ones, one after another. "
+        "The time is the wall time of the test client's GET, all of it server work: routing, the "
+        "session lookup, the reads, the template. Live regions are requested as htmx does "
+        "(`HX-Request`). The target is judged on the p95 of the three pages it names; the other "
+        "pages are information.",
+        "",
+        md_table(UI_HEADERS, ui_rows(results), numeric_from=2, left_from=7),
+        "",
+        f"Load during the timed requests: load average {u.get('loadavg_before')} before, "
+        f"{u.get('loadavg_after')} after (1, 5, 15 min); the machine was {fmt(host.get('busy_pct'))}% "
+        f"busy, other processes (neither the bench nor the MySQL server) used "
+        f"{fmt(host.get('other_processes_s'), 2)} CPU-s in {fmt(u.get('window_s'), 0)} s"
+        + (" (other clients of the database server were active)" if u.get("clean") is False else "")
+        + ".",
+        "",
+        "### How the indexes keep the pages flat",
+        "",
+        *UI_INDEX_NOTES,
+        "",
+        "### Each statement's plan",
+        "",
+        "Every SELECT the pages sent (captured with a `before_cursor_execute` listener on the "
+        "client's engines, in one request of each page), once, with MariaDB's `ANALYZE` of it: "
+        "each table's key, the rows the optimizer estimated (summed over the plan's tables, "
+        "before any LIMIT) and the rows it really read, and its time in the captured request. "
+        "Parameters are shown as `?`.",
+        "",
+        md_table(("pages", "statement", "key used", "rows (estimate)", "rows read", "ms"),
+                 ui_plan_rows(results), numeric_from=3),
+    ]
+    return lines
+
+
+#: How each page's reads stay bounded (the plans in the table below show the keys).
+UI_INDEX_NOTES = [
+    "* Every page: the session lookup is two unique-key reads (`ql_ui_sessions` by the "
+    "cookie's hash, `ql_tokens` by `uq_ql_tokens_hash`).",
+    "* Overview: its lists are backward ranges of `ix_ql_runs_status (status, planned_at)` "
+    "with a LIMIT: the last failures, timeouts and abandoned runs are one dive per status that "
+    "reads 10 rows however many such runs exist; missed slots and expired nodes are ranges of "
+    "the same index bounded to the last hour; the runs executing are its `running` range, "
+    "joined to `ql_jobs` by primary key; the nodes' running jobs are the `state` prefix of "
+    "`ix_ql_jobs_due`. The one read without a LIMIT is the chart's: the runs planned in the "
+    "last 3 hours, read from the covering index `ix_ql_runs_planned (planned_at, started_at)` "
+    "alone (most of the page's time). It grows with the cluster's run rate (the runs in those "
+    "3 hours), not with the size of the history: before the index covered `started_at`, "
+    "150,000 runs in the window made MariaDB scan the table (443 ms); index-only, 70 ms. "
+    "The live region that refreshes every 2 s leaves the chart out (it refreshes every 30 s).",
+    "* Jobs list: a walk of `uq_ql_jobs_active_name` in name order that stops after 51 rows; "
+    "a name prefix is a range of the same index; a state is the first column of "
+    "`ix_ql_jobs_due` (then a sort of the few jobs in it). The last-run column is the newest "
+    "run id of each listed job from `ix_ql_runs_job_name (job_name, id)` (index only: the "
+    "listed jobs' entries), then those runs by primary key. The last-status filter is one "
+    "backward dive into `ix_ql_runs_job_name` per job walked in name order, until 51 match.",
+    "* Job page: the job by `uq_ql_jobs_active_name`; its last run by "
+    "`uq_ql_runs_job_planned (job_id, planned_at)` backwards (1 row); its history by "
+    "`ix_ql_runs_job_name (job_name, id)` backwards, 26 rows, whether the job has ten runs or "
+    "ten thousand (the busiest job here).",
+    "* Runs: the primary key backwards, 51 rows; with a status, the same walk skipping the "
+    "other statuses; with a job, `ix_ql_runs_job_name`. Audit: the primary key backwards.",
+]
 
 
 def _walk(results: dict[str, Any], visit: Callable[[str, dict[str, Any]], None]) -> None:

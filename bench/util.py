@@ -681,11 +681,11 @@ def machine(server: Server) -> dict[str, Any]:
         "pymysql": pymysql.__version__,
         "apscheduler": aps_version,
         "quartzlite": getattr(quartzlite, "__version__", "?"),
-        "quartzlite_commit": _git_head(),
+        "quartzlite_commit": git_head(),
     }
 
 
-def _git_head() -> str:
+def git_head() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, timeout=10).stdout.strip()

@@ -750,10 +750,11 @@ class SchedulerClient:
         if cookie and auth.looks_like_session_secret(cookie):
             UiSessionStore(self.db).delete(auth.hash_secret(cookie))
 
-    def overview(self) -> Overview:
+    def overview(self, *, activity: bool = True) -> Overview:
         """The cluster at a glance: nodes, runs executing, the last failures, missed
-        slots in the last hour, nodes expired recently, and fires per minute."""
-        return DashboardStore(self.db).overview()
+        slots in the last hour, nodes expired recently, and (``activity``) fires per
+        minute over the last three hours."""
+        return DashboardStore(self.db).overview(activity_minutes=180 if activity else 0)
 
     def record_audit(
         self,

@@ -108,7 +108,7 @@ CREATE TABLE ql_runs (
     CONSTRAINT uq_ql_runs_job_planned UNIQUE (job_id, planned_at)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 CREATE INDEX ix_ql_runs_job_name ON ql_runs (job_name, id);
-CREATE INDEX ix_ql_runs_planned ON ql_runs (planned_at);
+CREATE INDEX ix_ql_runs_planned ON ql_runs (planned_at, started_at);
 CREATE INDEX ix_ql_runs_session ON ql_runs (session_id, status);
 CREATE INDEX ix_ql_runs_status ON ql_runs (status, planned_at);
 

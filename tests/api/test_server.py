@@ -129,7 +129,8 @@ def test_the_dashboard_cookie_is_secure_behind_a_trusted_tls_proxy(
             f"{server.url}/ui/login", headers={"X-Forwarded-Proto": "https"})
         with urllib.request.urlopen(request, timeout=10) as response:
             cookie = response.headers["Set-Cookie"]
-        assert cookie.startswith("quartzlite_ui_login=") and "HttpOnly" in cookie
+        assert cookie.startswith("quartzlite_ui_login=")
+        assert "HttpOnly" in cookie
         assert ("Secure" in cookie) is secure, cookie
     finally:
         server.stop(grace_s=2)

@@ -80,13 +80,18 @@ def test_sign_in_sets_a_strict_httponly_cookie_and_refuses_bad_tokens(
     assert b.get("/ui/").headers["Location"] == "/ui/login?next=/ui/"
     refused = b.sign_in("qlt_" + "x" * 43)
     assert refused.status_code == 401
-    assert 'id="login-error"' in refused.text and "Unknown or revoked" in refused.text
+    assert 'id="login-error"' in refused.text
+    assert "Unknown or revoked" in refused.text
     empty = b.sign_in("")
-    assert empty.status_code == 401 and "Enter an API token" in empty.text
+    assert empty.status_code == 401
+    assert "Enter an API token" in empty.text
     ok = b.sign_in(admin_secret, next_url="/ui/jobs")
-    assert ok.status_code == 303 and ok.headers["Location"] == "/ui/jobs"
+    assert ok.status_code == 303
+    assert ok.headers["Location"] == "/ui/jobs"
     cookie = next(v for k, v in ok.headers.items() if k == "Set-Cookie" and v.startswith("quartzlite_ui="))
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
+    assert "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie
+    assert "Path=/ui" in cookie
     assert "Secure" not in cookie  # plain http here; https sets it
     assert admin_secret not in ok.get_data(as_text=True)
     secure = Browser(app)
@@ -102,7 +107,8 @@ def test_the_sign_in_form_refuses_a_post_without_its_own_cookie_and_open_redirec
     app: Flask, admin_secret: str
 ) -> None:
     forged = app.test_client().post("/ui/login", data={"token": admin_secret, "csrf_token": "x" * 43})
-    assert forged.status_code == 403 and "quartzlite_ui=" not in forged.headers.get("Set-Cookie", "")
+    assert forged.status_code == 403
+    assert "quartzlite_ui=" not in forged.headers.get("Set-Cookie", "")
     b = Browser(app)
     for target in ("https://evil.example/", "//evil.example/ui", "/api/v1/jobs", "/ui\\..\\x"):
         response = b.sign_in(admin_secret, next_url=target)
@@ -142,7 +148,8 @@ def test_sessions_end_by_idle_and_absolute_expiry_sign_out_and_revocation(
         client.revoke_token("ops-admin")
         assert b.get("/ui/").status_code == 303
         htmx = b.get("/ui/?fragment=live", headers={"HX-Request": "true"})
-        assert htmx.status_code == 401 and htmx.headers["HX-Redirect"] == "/ui/login"
+        assert htmx.status_code == 401
+        assert htmx.headers["HX-Redirect"] == "/ui/login"
     finally:
         rows.close()
 
@@ -154,7 +161,8 @@ def test_every_post_needs_the_session_csrf_token_and_this_origin(
     assert admin.post("/ui/job/guarded/pause", csrf=False).status_code == 403
     assert admin.post("/ui/job/guarded/pause", {"csrf_token": "y" * 43}, csrf=False).status_code == 403
     cross = admin.post("/ui/job/guarded/pause", headers={"Origin": "https://evil.example"})
-    assert cross.status_code == 403 and "CSRF" in cross.text
+    assert cross.status_code == 403
+    assert "CSRF" in cross.text
     assert not client.get_job("guarded").spec.paused
     header = admin.http.post("/ui/job/guarded/pause", headers={"X-CSRF-Token": admin.csrf})
     assert header.status_code == 303
@@ -175,7 +183,8 @@ def test_viewers_see_every_page_but_no_write_control_and_their_writes_are_refuse
     for path in ("/ui/jobs/new", "/ui/job/looked-at/edit", "/ui/job/looked-at/delete", "/ui/audit"):
         assert viewer_ui.get(path).status_code == 403, path
     refused = viewer_ui.post("/ui/job/looked-at/pause")
-    assert refused.status_code == 403 and "may only read" in refused.text
+    assert refused.status_code == 403
+    assert "may only read" in refused.text
     assert viewer_ui.post("/ui/jobs/new", {"name": "x", "schedule": "@every 1s", "command": "true"}).status_code == 403
     assert not client.get_job("looked-at").spec.paused
     with pytest.raises(NotFound):
@@ -202,18 +211,22 @@ def test_pages_carry_the_csp_and_render_every_status_escaped(
         assert page.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
         assert "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
         assert page.headers["X-Frame-Options"] == "DENY"
-        assert "<script>alert" not in page.text and "<img src=x" not in page.text, path
+        assert "<script>alert" not in page.text, path
+        assert "<img src=x" not in page.text, path
         assert re.search(r"<script(?![^>]*\bsrc=)", page.text) is None, f"inline script on {path}"
         assert " style=" not in page.text, f"inline style on {path}"
     job_page = admin.get("/ui/job/shown").text
     assert job_page.count("data-run-id=") == 7
-    assert 'data-status="running"' in job_page and 'id="kill"' not in job_page  # not executing
+    assert 'data-status="running"' in job_page
+    assert 'id="kill"' not in job_page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in job_page
     overview = admin.get("/ui/").text
-    assert "box-1:4242" in overview and 'class="chart"' in overview
+    assert "box-1:4242" in overview
+    assert 'class="chart"' in overview
     assert overview.count('data-status="') == 3  # failed, timed_out, abandoned
     static = admin.get("/ui/static/htmx.min.js")
-    assert static.status_code == 200 and "max-age" in static.headers["Cache-Control"]
+    assert static.status_code == 200
+    assert "max-age" in static.headers["Cache-Control"]
 
 
 def test_the_job_form_shows_each_rejection_next_to_its_field_and_writes_nothing(
@@ -222,7 +235,8 @@ def test_the_job_form_shows_each_rejection_next_to_its_field_and_writes_nothing(
     good = {"name": "formed", "schedule": "*/5 * * * *", "command": "echo hi"}
     page = admin.get("/ui/jobs/new").text
     for name in FIELD_NAMES:
-        assert f'id="{name}"' in page and f'<label for="{name}"' in page, name
+        assert f'id="{name}"' in page, name
+        assert f'<label for="{name}"' in page, name
         assert f'id="error-{name}"' in page, name
     cases = {
         "schedule": {"schedule": "61 * * * *"},
@@ -238,15 +252,18 @@ def test_the_job_form_shows_each_rejection_next_to_its_field_and_writes_nothing(
         response = admin.post("/ui/jobs/new", {**good, **change})
         assert response.status_code == 400, (field, response.status_code)
         message = re.search(rf'id="error-{field}"[^>]*>([^<]+)<', response.text)
-        assert message is not None and message.group(1).strip(), (field, response.text[:300])
+        assert message is not None, (field, response.text[:300])
+        assert message.group(1).strip(), field
         assert re.search(rf'id="{field}"[^>]*aria-invalid="true"', response.text) or field == "name", field
         # what was typed stays in the form
         assert "echo hi" in response.text or field == "kwargs"
         assert client.list_jobs().items == [], field
     created = admin.post("/ui/jobs/new", good)
-    assert created.status_code == 303 and created.headers["Location"] == "/ui/job/formed?done=created"
+    assert created.status_code == 303
+    assert created.headers["Location"] == "/ui/job/formed?done=created"
     again = admin.post("/ui/jobs/new", good)
-    assert again.status_code == 409 and "exists" in again.text
+    assert again.status_code == 409
+    assert "exists" in again.text
     edited = admin.post("/ui/job/formed/edit", {**good, "schedule": "@every 1h", "tags": "a, b"})
     assert edited.status_code == 303
     job = client.get_job("formed")
@@ -261,9 +278,12 @@ def test_preview_shows_instants_in_the_zone_and_the_dst_night(admin: Browser) ->
     assert page.status_code == 200
     # 2027-03-28 is the spring-forward night in Berlin: 02:30 does not exist that day.
     assert "2027-03-27 02:30:00 +0100 (CET)" in page.text
-    assert "2027-03-28" in page.text and "2027-03-29 02:30:00 +0200 (CEST)" in page.text
+    assert "= 2027-03-27 01:30:00 UTC" in page.text  # the UTC column is UTC
+    assert "2027-03-28" in page.text
+    assert "2027-03-29 02:30:00 +0200 (CEST)" in page.text
     bad = admin.get("/ui/preview?schedule=61+*+*+*+*")
-    assert 'id="preview-error"' in bad.text and "schedule" in bad.text
+    assert 'id="preview-error"' in bad.text
+    assert "schedule" in bad.text
 
 
 def test_actions_flash_their_outcome_and_conflicts_answer_409(
@@ -274,7 +294,8 @@ def test_actions_flash_their_outcome_and_conflicts_answer_409(
     assert paused.headers["Location"] == "/ui/job/acted?done=paused"
     assert 'id="flash"' in admin.get(paused.headers["Location"]).text
     kill = admin.post("/ui/job/acted/kill")
-    assert kill.status_code == 409 and 'class="flash error"' in kill.text
+    assert kill.status_code == 409
+    assert 'class="flash error"' in kill.text
     assert admin.post("/ui/job/acted/explode").status_code == 404
     back = admin.post("/ui/job/acted/resume", {"next": "https://evil.example/"})
     assert back.headers["Location"] == "/ui/job/acted?done=resumed"
@@ -290,10 +311,12 @@ def test_dashboard_writes_are_in_the_audit_trail_without_secrets(
     admin.post("/ui/job/audited/trigger")
     entries = client.list_audit(limit=20).items
     actions = [(e.action, e.job_name) for e in entries]
-    assert ("ui.job_new", "audited") in actions and ("ui.job_action", "audited") in actions
+    assert ("ui.job_new", "audited") in actions
+    assert ("ui.job_action", "audited") in actions
     assert ("ui.login", None) in actions
     text = repr([e.details for e in entries])
-    assert admin.csrf not in text and admin_secret not in text
+    assert admin.csrf not in text
+    assert admin_secret not in text
 
 
 def test_jobs_list_filters_and_pages_through_many_jobs(admin: Browser, client: SchedulerClient) -> None:
@@ -301,12 +324,15 @@ def test_jobs_list_filters_and_pages_through_many_jobs(admin: Browser, client: S
     first = admin.get("/ui/jobs?prefix=many-")
     assert first.text.count("data-job=") == 50
     next_link = re.search(r'id="next-page" href="([^"]+)"', first.text)
-    assert next_link is not None and "prefix=many-" in next_link.group(1)
+    assert next_link is not None
+    assert "prefix=many-" in next_link.group(1)
     second = admin.get(next_link.group(1).replace("&amp;", "&"))
-    assert 'data-job="many-050"' in second.text and 'id="first-page"' in second.text
+    assert 'data-job="many-050"' in second.text
+    assert 'id="first-page"' in second.text
     tagged = admin.get("/ui/jobs?tag=x")
     assert tagged.text.count("data-job=") == 1
     never = admin.get("/ui/jobs?last_status=never&prefix=other")
     assert never.text.count("data-job=") == 1
     bad = admin.get("/ui/jobs?last_status=sleeping")
-    assert bad.status_code == 400 and "last_status" in bad.text
+    assert bad.status_code == 400
+    assert "last_status" in bad.text

@@ -3,7 +3,7 @@ viewer's zone, UTC on hover), durations, lateness, and the session's role."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from flask import Blueprint
@@ -32,6 +32,11 @@ def in_zone(value: datetime, zone: str) -> str:
     return local.strftime("%Y-%m-%d %H:%M:%S %z (%Z)")
 
 
+def utc_text(value: datetime) -> str:
+    """The instant in UTC, whatever zone it carries: ``2027-03-28 00:30:00 UTC``."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") + " UTC"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -41,9 +46,9 @@ def duration(seconds: float | None) -> str:
         return f"{seconds:.1f} s"
     minutes, secs = divmod(int(seconds), 60)
     if minutes < 120:
-        return f"{minutes} min {secs} s"
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def lateness(run: Run) -> str:
@@ -65,7 +70,7 @@ def tail(text: str | None, chars: int = 2000) -> str:
 
 
 def register(bp: Blueprint) -> None:
-    for name, fn in (("instant", instant), ("in_zone", in_zone), ("duration", duration),
+    for name, fn in (("instant", instant), ("in_zone", in_zone), ("utc_text", utc_text), ("duration", duration),
                      ("lateness", lateness), ("run_duration", run_duration), ("tail", tail)):
         bp.add_app_template_filter(fn, name)
 
