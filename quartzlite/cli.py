@@ -635,7 +635,8 @@ def history_prune(ctx: click.Context, /, older_than: str, as_json: bool) -> None
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def cluster(ctx: click.Context, /, as_json: bool) -> None:
-    """Show the nodes: host, pid, last heartbeat, clock offset, running jobs."""
+    """Show the nodes: host, pid, last heartbeat, clock offset, the database server each
+    talks to, running jobs."""
     client = _client(ctx)
     nodes = client.cluster()
     if as_json:
@@ -645,11 +646,12 @@ def cluster(ctx: click.Context, /, as_json: bool) -> None:
     click.echo(
         _table(
             ["session", "host", "pid", "started", "heartbeat age", "offset ms", "capacity",
-             "tags", "running"],
+             "tags", "database", "running"],
             [
                 [s.id, s.host, s.pid, _when(s.started_at),
                  f"{(now - s.heartbeat_at).total_seconds():.1f}s", f"{s.clock_offset_ms:.1f}",
-                 s.capacity, ",".join(s.tags) or "-", ",".join(s.running_jobs) or "-"]
+                 s.capacity, ",".join(s.tags) or "-", s.db_member or "-",
+                 ",".join(s.running_jobs) or "-"]
                 for s in nodes
             ],
         )

@@ -122,4 +122,5 @@ def session_to_dict(session: Session) -> dict[str, Any]:
         "tags": list(session.tags),
         "version": session.version,
         "running_jobs": list(session.running_jobs),
+        "db_member": session.db_member,
     }

@@ -169,6 +169,8 @@ class Session:
     tags: tuple[str, ...]
     version: str
     running_jobs: tuple[str, ...] = ()
+    #: The database server (host:port) the node's heartbeat reached last.
+    db_member: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@
 -- then run this file in it (mysql quartzlite < sql/schema.sql). Every table states its
 -- engine and character set, so the database's defaults do not matter.
 --
--- The last statements record the schema revision (0008) in ql_alembic_version, so
+-- The last statements record the schema revision (0009) in ql_alembic_version, so
 -- that a later `quartzlite db upgrade` continues from here. The two rows of ql_locks are
 -- required: a node refuses to start without them.
 
@@ -33,6 +33,7 @@ CREATE TABLE ql_sessions (
     capacity INTEGER NOT NULL,
     tags VARCHAR(512) NOT NULL DEFAULT '',
     version VARCHAR(32) NOT NULL DEFAULT '',
+    db_member VARCHAR(300) NOT NULL DEFAULT '',
     PRIMARY KEY (id)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 CREATE INDEX ix_ql_sessions_heartbeat ON ql_sessions (heartbeat_at);
@@ -173,6 +174,6 @@ CREATE TABLE ql_alembic_version (
     version_num VARCHAR(32) NOT NULL,
     CONSTRAINT ql_alembic_version_pkc PRIMARY KEY (version_num)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
-INSERT INTO ql_alembic_version (version_num) VALUES ('0008');
+INSERT INTO ql_alembic_version (version_num) VALUES ('0009');
 
 COMMIT;

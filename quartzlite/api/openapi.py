@@ -335,6 +335,8 @@ SCHEMAS: dict[str, Schema] = {
         "tags": {"type": "array", "items": {"type": "string"}},
         "version": {"type": "string"},
         "running_jobs": {"type": "array", "items": {"type": "string"}},
+        "db_member": {"type": "string",
+                      "description": "the database server (host:port) its heartbeat reached last"},
     }),
     "Cluster": _object({"now": INSTANT, "nodes": {"type": "array", "items": ref("Node")}}),
     "AuditEntry": _object({

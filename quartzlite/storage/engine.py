@@ -279,7 +279,7 @@ class Database:
         for raw, opened in list(self._raw.items()):
             if getattr(raw, "open", False):
                 try:
-                    found.append((int(raw.thread_id()), opened, _server_of(raw)))
+                    found.append((int(raw.thread_id()), opened, server_of(raw)))
                 except (TypeError, ValueError, IndexError):
                     pass
         return found
@@ -296,7 +296,7 @@ class Database:
         and this must never end a peer's or an operator's session."""
         ended = 0
         with self.connect() as conn:
-            here = _server_of(conn.connection.dbapi_connection)
+            here = server_of(conn.connection.dbapi_connection)
             uptime = float(conn.exec_driver_sql("SHOW GLOBAL STATUS LIKE 'Uptime'").one()[1])
             # The server started no later than this (Uptime counts whole seconds, and we
             # read it a round trip ago); a margin for the clocks' steps.
@@ -446,7 +446,7 @@ class Database:
         return StoreError(f"database error: {text}", details={"mysql_error": code})
 
 
-def _server_of(raw: Any) -> str:
+def server_of(raw: Any) -> str:
     """host:port of a driver connection (PyMySQL keeps what it connected to)."""
     return f"{getattr(raw, 'host', '?')}:{getattr(raw, 'port', '?')}"
 

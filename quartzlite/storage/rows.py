@@ -164,4 +164,5 @@ def session_from_row(row: Row, running: tuple[str, ...] = ()) -> Session:
         tags=split_tags(row["tags"]),
         version=row["version"],
         running_jobs=running,
+        db_member=row["db_member"],
     )

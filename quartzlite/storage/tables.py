@@ -64,6 +64,9 @@ sessions = Table(
     Column("capacity", Integer, nullable=False),
     Column("tags", String(512), nullable=False, server_default=text("''")),
     Column("version", String(32), nullable=False, server_default=text("''")),
+    # The database server (host:port of the URL's host list) the node's heartbeat
+    # reached last (added by 0009, hence last).
+    Column("db_member", String(300), nullable=False, server_default=text("''")),
     Index("ix_ql_sessions_heartbeat", "heartbeat_at"),
     **_TABLE_ARGS,
 )

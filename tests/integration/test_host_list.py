@@ -65,3 +65,27 @@ def test_a_connection_passes_over_members_that_do_not_answer(database_url: str) 
         assert raised.value.details["mysql_error"] == 2003
     finally:
         nobody.dispose()
+
+
+def test_the_heartbeat_records_the_member_it_reached(db_url: str) -> None:
+    """`quartzlite cluster` and the API show which database server each node talks to:
+    the member its heartbeat reached, here the second of a host list whose first is down."""
+    from datetime import UTC, datetime
+
+    from quartzlite.client import SchedulerClient
+    from quartzlite.storage.node import NodeStore
+
+    url = make_url(db_url)
+    here = f"{url.host}:{url.port or 3306}"
+    listed = f"mysql+pymysql://{url.username}@127.0.0.1:{_closed_port()},{here}/{url.database}"
+    db = Database(listed, io_timeout_s=2)
+    client = SchedulerClient(db_url)
+    try:
+        store = NodeStore(db, node_name="test:1")
+        store.register(session_id="m" * 32, host="test", pid=1, capacity=4, tags=(), version="t")
+        assert store.heartbeat("m" * 32, 0.0, lambda: datetime.now(UTC)).alive
+        (session,) = client.cluster()
+        assert session.db_member == here
+    finally:
+        db.dispose()
+        client.close()

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from quartzlite.clock import utc
 from quartzlite.enums import JobState
 from quartzlite.storage import rows
-from quartzlite.storage.engine import RetryPolicy, Tx
+from quartzlite.storage.engine import RetryPolicy, Tx, server_of
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
     Beat,
@@ -54,13 +54,16 @@ class Sessions(StoreBase):
         """
         statement = text(
             "UPDATE ql_sessions SET heartbeat_at = NOW(6), clock_offset_ms = :offset, "
+            "db_member = :member, "
             "capacity = capacity + 0 * LAST_INSERT_ID(CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)) "
             "WHERE id = :me"
         )
 
         def run(conn: Connection) -> Beat:
             before = local_now()
-            result = conn.execute(statement, {"offset": clock_offset_ms, "me": session_id})
+            member = server_of(conn.connection.dbapi_connection)
+            result = conn.execute(
+                statement, {"offset": clock_offset_ms, "member": member, "me": session_id})
             after = local_now()
             micros = int(result.lastrowid or 0)
             alive = result.rowcount > 0
