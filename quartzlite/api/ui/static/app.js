@@ -93,6 +93,16 @@
     }
   });
 
+  // ---- (f) a rejected field, once edited, stops showing the old rejection -------------------
+  // (the server checks it again at the next save; the schedule preview checks as you type)
+  document.addEventListener("input", function (evt) {
+    var field = evt.target;
+    if (!field || !field.getAttribute || field.getAttribute("aria-invalid") !== "true") { return; }
+    field.removeAttribute("aria-invalid");
+    var error = document.getElementById("error-" + field.id);
+    if (error) { error.textContent = ""; error.removeAttribute("role"); }
+  });
+
   // ---- start -------------------------------------------------------------------------------
   function start() {
     localizeTimes(document);
