@@ -71,6 +71,25 @@ LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_
 test-faults: venv db tools
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py $(LONG_FAULTS)
 
+.PHONY: test-galera
+# The Galera suite (not part of `make test`): a private three-member MariaDB Galera
+# Cluster on loopback (tests/cluster/galera.py: mariadbd + galera-4, rsync SST; never the
+# shared server), kill -9 and rejoin by IST, a partitioned member (1047), and what
+# SELECT ... FOR UPDATE does across members. Installs galera-4 and rsync when missing.
+GALERA_TOOLS := /usr/sbin/mariadbd:mariadb-server /usr/lib/galera/libgalera_smm.so:galera-4 \
+	rsync:rsync
+test-galera: venv tools
+	@missing=""; for pair in $(GALERA_TOOLS); do \
+	  name=$${pair%%:*}; \
+	  { command -v $$name >/dev/null || test -e $$name; } || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	QUARTZLITE_GALERA=1 $(PY) -m pytest -q tests/galera
+
 .PHONY: test-fuzz
 # The API fuzz (not part of `make test`): schemathesis against a live server, its checks
 # (tests/api/test_openapi_schemathesis.py says which two are left out and why),

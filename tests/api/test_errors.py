@@ -82,7 +82,9 @@ def test_an_unknown_route_is_a_json_404(api: Api, anonymous: Api) -> None:
         response = who.get("/api/v1/nothing-here")
         error = assert_error(response, 404, "not_found")
         assert "/api/v1/nothing-here" in error["message"]
-    assert_error(api.get("/"), 404, "not_found")
+    assert_error(api.get("/nothing-here"), 404, "not_found")
+    root = api.get("/")  # the dashboard's home, for anyone (it asks them to sign in)
+    assert (root.status_code, root.headers["Location"]) == (302, "/ui/")
 
 
 def test_a_wrong_method_is_a_json_405_with_allow(api: Api) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,15 +77,18 @@ def whole_seconds(start: datetime, end: datetime) -> list[datetime]:
 def check(
     db: Db, fault: str, *, jobs: list[str], start: datetime, end: datetime, log: Path,
     every_second: bool = True, cut_off: tuple[str, int] | None = None,
+    killed: Sequence[int] = (),
 ) -> FaultReport:
     """Build the report for jobs on a whole-second schedule over [start, end).
 
     ``cut_off``: (session id, pid) of a node that lost the database for good (or froze)
     until a peer expired its session: one rerun of a slot it executed but could not
-    record (abandoned) is counted apart."""
+    record (abandoned) is counted apart. ``killed``: pids of nodes SIGKILLed, likewise."""
     report = FaultReport(fault=fault)
     ran = executions(log)
     unknown = _unknown_outcomes(db, log, cut_off) if cut_off is not None else set()
+    for pid in killed:
+        unknown |= _killed_mid_run(db, log, pid)
     for key, count in ran.items():
         if count == 2 and key in unknown:
             report.reruns_unknown_outcome += 1
@@ -125,6 +129,19 @@ def check(
         or 0
     )
     return report
+
+
+def _killed_mid_run(db: Db, log: Path, pid: int) -> set[tuple[str, datetime]]:
+    """(job, slot) that a SIGKILLed node (``pid``) executed and whose run is ``abandoned``
+    under it: it died after the body ran and before the outcome was journaled or
+    recorded, so the outcome is unknown and the recovery policy may rerun the slot once
+    (every other execution of a slot twice is a duplicate)."""
+    rows = db.rows(
+        "SELECT job_name, slot_at FROM ql_runs WHERE status = 'abandoned' AND node LIKE :n",
+        n=f"%:{pid}",
+    )
+    abandoned = {(r.job_name, r.slot_at.replace(tzinfo=UTC)) for r in rows}
+    return abandoned & {key for key, by in records(log) if by == pid}
 
 
 def _unknown_outcomes(db: Db, log: Path, cut_off: tuple[str, int]) -> set[tuple[str, datetime]]:

@@ -81,6 +81,7 @@ def test_repeated_sigkill_at_random_moments(db_url: str, client: SchedulerClient
     db = Db(db_url)
     rng = random.Random(5)
     kills = 12 if LONG else 4
+    victims: list[int] = []
     with nodes(db_url) as start:
         live = [start(f"n{i}", options={"capacity": "50"}) for i in range(3)]
         wait_until(lambda: db.live_sessions() == 3, timeout=60)
@@ -91,13 +92,17 @@ def test_repeated_sigkill_at_random_moments(db_url: str, client: SchedulerClient
             time.sleep(rng.uniform(0.3, 2.5))  # a random moment: mid-run, mid-transaction
             victim.signal(signal.SIGKILL)
             victim.wait(10)
+            victims.append(victim.pid)
             live.remove(victim)
             live.append(start(f"r{k}", options={"capacity": "50"}))
         t1 = db_now(db)
         wait_until(lambda: all_ran_after(db, names, t1 + timedelta(seconds=6)), timeout=90,
                    message="all jobs run after the last kill")
         stop_all(live)
-    report = check(db, "SIGKILL a node at random moments", jobs=names, start=t0, end=t1, log=log)
+    # A kill between a body's end and its journaled outcome leaves the outcome unknown:
+    # the slot may be rerun once (abandoned, recovery policy rerun), counted apart.
+    report = check(db, "SIGKILL a node at random moments", jobs=names, start=t0, end=t1, log=log,
+                   killed=victims)
     report.notes = f"{kills} kills of 3 nodes, each replaced at once; recovery policy rerun"
     gaps = db.rows(
         "SELECT job_name, planned_at, started_at FROM ql_runs WHERE status='succeeded' "

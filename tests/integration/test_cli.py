@@ -570,7 +570,7 @@ def test_schedule_preview_errors_exit_2(db_url: str, args: list[str], expected: 
 def test_cluster_without_nodes(db_url: str) -> None:
     assert ok(db_url, "cluster").split() == [
         "SESSION", "HOST", "PID", "STARTED", "HEARTBEAT", "AGE", "OFFSET", "MS", "CAPACITY",
-        "TAGS", "RUNNING",
+        "TAGS", "DATABASE", "RUNNING",
     ]
     assert json.loads(ok(db_url, "cluster", "--json")) == []
 
