@@ -19,6 +19,7 @@
 CREATE TABLE ql_locks (
     name VARCHAR(32) NOT NULL,
     version BIGINT NOT NULL DEFAULT 0,
+    seq BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (name)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 

@@ -111,8 +111,9 @@ class NotReady(Exception):
     not Synced, not ready, or outside the primary component)."""
 
 
-def check_member(conn: pymysql.connections.Connection) -> str | None:
-    """None when the server may serve quartzlite; else why not. A Galera member must be
+def check_member(conn: pymysql.connections.Connection) -> tuple[str | None, bool]:
+    """(None when the server may serve quartzlite, else why not; whether it is a Galera
+    member). A Galera member must be
     ready, Synced and in the primary component; its sessions then read causally
     (``wsrep_sync_wait``), so that every read that decides anything sees every commit
     made on any member before it."""
@@ -120,20 +121,20 @@ def check_member(conn: pymysql.connections.Connection) -> str | None:
         cur.execute("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
         row = cur.fetchone()
         if row is None or str(row[1]).upper() != "ON":
-            return None  # not a Galera member
+            return None, False  # not a Galera member
         cur.execute(
             "SHOW GLOBAL STATUS WHERE Variable_name IN "
             "('wsrep_ready', 'wsrep_local_state_comment', 'wsrep_cluster_status')"
         )
         status = {str(k): str(v) for k, v in cur.fetchall()}
         if status.get("wsrep_ready", "").upper() != "ON":
-            return "its wsrep_ready is not ON"
+            return "its wsrep_ready is not ON", True
         if status.get("wsrep_cluster_status") != "Primary":
-            return f"it is outside the primary component ({status.get('wsrep_cluster_status')})"
+            return f"it is outside the primary component ({status.get('wsrep_cluster_status')})", True
         if status.get("wsrep_local_state_comment") not in READY_STATES:
-            return f"it is {status.get('wsrep_local_state_comment')}, not Synced"
+            return f"it is {status.get('wsrep_local_state_comment')}, not Synced", True
         cur.execute(f"SET SESSION wsrep_sync_wait = {GALERA_SYNC_WAIT}")
-    return None
+    return None, True
 
 
 @dataclass(slots=True)
@@ -173,6 +174,9 @@ class Database:
         single, self.hosts = database_hosts(url)
         #: The host list's member the newest connection went to (``quartzlite cluster``).
         self.member: DatabaseHost | None = None
+        #: Whether that member is a Galera member: its row locks hold on that member only,
+        #: so lock takers also write the lock row (certification then orders them).
+        self.galera = False
         parsed = make_url(single)
         if not parsed.drivername.startswith("mysql"):
             raise StoreError(f"database URL must be a mysql+pymysql:// URL, got {parsed.drivername}")
@@ -237,10 +241,11 @@ class Database:
                 reasons.append(f"{host}: {error.args[-1] if error.args else error}")
                 continue
             try:
-                why = check_member(conn)
+                why, galera = check_member(conn)
             except pymysql.err.MySQLError as error:
-                why = f"its state could not be read ({error.args[-1] if error.args else error})"
+                why, galera = f"its state could not be read ({error.args[-1] if error.args else error})", False
             if why is None:
+                self.galera = galera
                 if self.member != host:
                     if self.member is not None:
                         log.warning("database connections now go to %s", host,

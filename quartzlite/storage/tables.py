@@ -46,6 +46,9 @@ locks = Table(
     metadata,
     Column("name", String(32), primary_key=True),
     Column("version", BigInteger, nullable=False, server_default=text("0")),
+    # Bumped by each holder on Galera (added by 0009): the write that makes two members'
+    # holders conflict at certification (see NodeStore.lock).
+    Column("seq", BigInteger, nullable=False, server_default=text("0")),
     **_TABLE_ARGS,
 )
 
