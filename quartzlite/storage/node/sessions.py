@@ -35,7 +35,7 @@ class Sessions(StoreBase):
                 insert(sessions).prefix_with("IGNORE").values(
                     id=session_id, host=host[:255], pid=pid, started_at=rows.to_db(now),
                     heartbeat_at=rows.to_db(now), capacity=capacity, tags=rows.join_tags(tags),
-                    version=version,
+                    version=version, db_member=server_of(t.conn.connection.dbapi_connection),
                 )
             )
             return now
