@@ -106,17 +106,11 @@ READY_STATES = frozenset({"Synced"})
 GALERA_SYNC_WAIT = 1
 
 
-class NotReady(Exception):
-    """A server of the host list answered but may not serve (a Galera member that is
-    not Synced, not ready, or outside the primary component)."""
-
-
 def check_member(conn: pymysql.connections.Connection) -> tuple[str | None, bool]:
     """(None when the server may serve quartzlite, else why not; whether it is a Galera
-    member). A Galera member must be
-    ready, Synced and in the primary component; its sessions then read causally
-    (``wsrep_sync_wait``), so that every read that decides anything sees every commit
-    made on any member before it."""
+    member). A Galera member must be ready, Synced and in the primary component; its
+    sessions then read causally (``wsrep_sync_wait``), so that every read that decides
+    anything sees every commit made on any member before it."""
     with conn.cursor() as cur:
         cur.execute("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
         row = cur.fetchone()
