@@ -245,9 +245,9 @@ class NodeConfig:
             return Path(self.state_dir)
         base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
         url = urlsplit(self.database_url)
-        # The first host of a list names the cluster (one journal for all its members).
-        first = database_hosts(self.database_url)[1][0]
-        where = f"{first.host}:{first.port}{url.path}"
+        # One journal per database, whichever order a node lists a cluster's members in.
+        hosts = sorted(f"{h.host}:{h.port}" for h in database_hosts(self.database_url)[1])
+        where = f"{','.join(hosts)}{url.path}"
         return Path(base, "quartzlite", hashlib.sha256(where.encode()).hexdigest()[:16])
 
     @classmethod

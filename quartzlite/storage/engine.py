@@ -66,10 +66,20 @@ CONNECTION_CODES = frozenset(
 )
 
 
+#: MariaDB's "Got error during COMMIT"-family code; from a Galera member that has just
+#: left the primary component its text names that, and it means what 1047 means.
+ER_ERROR_DURING_COMMIT = 1180
+
+
 def error_code(error: BaseException) -> int | None:
-    """The MySQL error number behind a SQLAlchemy or PyMySQL exception, if any."""
+    """The MySQL error number behind a SQLAlchemy or PyMySQL exception, if any. A
+    Galera member cut off from the primary component fails the statements in flight
+    with 1180 ("... Not connected to Primary Component"), then every later one with
+    1047: both are given as 1047 (retried elsewhere; unknown outcome at COMMIT)."""
     orig = error.orig if isinstance(error, exc.DBAPIError) else error
     if isinstance(orig, pymysql.err.MySQLError) and orig.args and isinstance(orig.args[0], int):
+        if orig.args[0] == ER_ERROR_DURING_COMMIT and "Primary Component" in str(orig.args[-1]):
+            return ER_UNKNOWN_COM_ERROR
         return orig.args[0]
     if isinstance(orig, (ConnectionError, TimeoutError, OSError)):
         return 2013

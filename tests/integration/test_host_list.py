@@ -5,6 +5,7 @@ left the primary component: tests/galera.)"""
 
 from __future__ import annotations
 
+import hashlib
 import socket
 
 import pytest
@@ -36,10 +37,14 @@ def test_database_hosts_splits_a_host_list() -> None:
         with pytest.raises(ValidationError) as raised:
             database_hosts(bad)
         assert raised.value.field == "database_url"
-    # One journal for the whole cluster, the same as for its first member alone.
+    # One journal per database, whatever the order of the list (a single host's is where
+    # it always was: the hash of host:port/database).
     listed = NodeConfig(database_url="mysql+pymysql://u@db1:3307,db2/ql")
+    reordered = NodeConfig(database_url="mysql+pymysql://u@db2:3306,db1:3307/ql")
+    assert listed.journal_dir == reordered.journal_dir
     alone = NodeConfig(database_url="mysql+pymysql://u@db1:3307/ql")
-    assert listed.journal_dir == alone.journal_dir
+    assert alone.journal_dir.name == hashlib.sha256(b"db1:3307/ql").hexdigest()[:16]
+    assert alone.journal_dir != listed.journal_dir
 
 
 def test_a_connection_passes_over_members_that_do_not_answer(database_url: str) -> None:

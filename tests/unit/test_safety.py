@@ -33,3 +33,21 @@ def test_the_stall_follows_evs_suspect_timeout() -> None:
 def test_clock_tolerance_is_a_quarter_of_the_fencing_margin() -> None:
     assert clock_tolerance_s(Timing(heartbeat_interval_s=1, fence_after_s=5, session_timeout_s=7)) == 0.25
     assert clock_tolerance_s(Timing(heartbeat_interval_s=1, fence_after_s=5, session_timeout_s=5)) == 0.0
+
+
+def test_a_member_cut_off_mid_statement_counts_as_1047() -> None:
+    """1180 from a Galera member leaving the primary component is retried elsewhere
+    like 1047; any other 1180 keeps its number (not retried)."""
+    import pymysql
+
+    from quartzlite.storage.engine import CONNECTION_CODES, RETRYABLE_CODES, error_code
+
+    cut = pymysql.err.OperationalError(
+        1180, "Error while appending streaming replication fragment(provider status: "
+        "Not connected to Primary Component)")
+    assert error_code(cut) == 1047
+    assert 1047 in RETRYABLE_CODES
+    assert 1047 in CONNECTION_CODES
+    other = pymysql.err.OperationalError(1180, "Got error 28 during COMMIT")
+    assert error_code(other) == 1180
+    assert 1180 not in RETRYABLE_CODES
