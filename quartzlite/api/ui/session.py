@@ -64,9 +64,11 @@ def safe_next(target: str | None, default: str) -> str:
 
 
 def _same_origin() -> bool:
-    """No Origin (an older browser, a script): the CSRF token decides alone."""
+    """No Origin (an older browser, a script): the CSRF token decides alone. The host
+    is compared, not the scheme: behind a TLS proxy that is not trusted the request
+    arrives as http while the browser's Origin says https."""
     origin = request.headers.get("Origin")
-    return origin is None or origin == request.host_url.rstrip("/")
+    return origin is None or urlsplit(origin).netloc == request.host
 
 
 def _csrf_ok(expected: str) -> bool:
