@@ -228,6 +228,7 @@ def test_pages_carry_the_csp_and_render_every_status_escaped(
     assert "box-1:4242" in overview
     assert 'class="chart"' in overview
     assert overview.count('data-status="') == 3  # failed, timed_out, abandoned
+    assert admin.get("/ui/?fragment=nope", headers={"HX-Request": "true"}).status_code == 404
     static = admin.get("/ui/static/htmx.min.js")
     assert static.status_code == 200
     assert "max-age" in static.headers["Cache-Control"]

@@ -43,6 +43,8 @@ FLASHES = {
     "deleted": "Job deleted.",
 }
 Rendered = str | tuple[str, int] | Response
+#: The live regions each page renders alone for htmx (``?fragment=``).
+FRAGMENTS = {"overview": ("live", "chart"), "job": ("history", "controls")}
 
 
 @api_auth.public
@@ -53,7 +55,10 @@ def root() -> Response:
 def _render(template: str, status: int = 200, /, **context: Any) -> tuple[str, int]:
     fragment = request.args.get("fragment")
     if fragment and request.headers.get("HX-Request"):
-        template = f"ui/_{template.removeprefix('ui/').removesuffix('.html')}_{fragment}.html"
+        page = template.removeprefix("ui/").removesuffix(".html")
+        if fragment not in FRAGMENTS.get(page, ()):
+            raise NotFound(f"no region {fragment!r} on this page", details={"fragment": fragment})
+        template = f"ui/_{page}_{fragment}.html"
     flash_code = request.args.get("done")
     context.setdefault("flash", (FLASHES[flash_code], "ok") if flash_code in FLASHES else None)
     return render_template(template, **context), status
