@@ -145,7 +145,7 @@ screenshots: venv db tools
 # speed with 100,000 jobs and 1,000,000 runs (ui), against the server of
 # QUARTZLITE_DATABASE_URL in fresh qlbench_* databases (dropped afterwards). Prints the
 # table, writes bench/results.json and docs/benchmarks.md. ~15 minutes; BENCH_QUICK=1
-# runs shorter windows.
+# runs shorter windows. galera: burst and steady on a 3-member Galera cluster (galera-4).
 bench: venv db $(VENV)/.bench-installed
 	$(PY) -m bench
 

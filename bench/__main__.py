@@ -1,7 +1,7 @@
 """Run every workload on quartzlite and APScheduler, write bench/results.json and
 docs/benchmarks.md, print the table.
 
-    python -m bench [--only burst,steady,shell,failover,idle,cost,ui] [--merge]
+    python -m bench [--only burst,steady,shell,failover,idle,cost,ui,galera] [--merge]
 
 ``BENCH_QUICK=1`` shrinks the windows (for iterating on the bench itself). ``--only``
 runs some workloads; with ``--merge`` their results replace those parts of the existing
@@ -24,7 +24,7 @@ from typing import Any
 from bench import aps, ql, report, ui, util
 from bench.util import QUICK, Server, log
 
-WORKLOADS = ("burst", "steady", "shell", "failover", "idle", "cost", "ui")
+WORKLOADS = ("burst", "steady", "shell", "failover", "idle", "cost", "ui", "galera")
 
 #: Sizes and durations: (full, quick).
 PLAN = {
@@ -192,9 +192,43 @@ def ui_pages(server: Server) -> dict[str, Any]:
                    partial(ui.measure, server, jobs, runs, ui.WARMUP, plan("ui_timed")))
 
 
+def galera(server: Server) -> dict[str, Any]:
+    """burst and steady, 1 and 2 nodes with the defaults, on a private three-member Galera
+    cluster (bench/galera.py), to set beside the single server's ``_defaults`` figures
+    (the burst and steady workloads); the single server's settings are stated too."""
+    from bench.galera import GaleraServer, server_settings
+
+    log("starting a private 3-member Galera cluster ...")
+    try:
+        cluster = GaleraServer()
+    except Exception as error:  # noqa: BLE001 - reported in the results
+        log(f"the Galera cluster did not start: {error!r}")
+        return {"error": f"{type(error).__name__}: {error}"}
+    jobs, steady_jobs, seconds = plan("burst_jobs"), plan("steady_jobs"), plan("steady_s")
+    found: dict[str, Any] = {"measured_at": datetime.now(UTC).replace(microsecond=0).isoformat(),
+                             "quick": QUICK, "quartzlite_commit": util.git_head(),
+                             "single_server": server_settings(server),
+                             "burst": {}, "steady": {}}
+    try:
+        found["cluster"] = cluster.describe()
+        for nodes in (1, 2):
+            label = f"quartzlite {nodes} node{'s' if nodes > 1 else ''}, defaults"
+            found["burst"][f"quartzlite_{nodes}_defaults"] = attempt(
+                f"galera burst {label}", partial(ql.burst, cluster, nodes, jobs, None))
+        for nodes in (1, 2):
+            label = f"quartzlite {nodes} node{'s' if nodes > 1 else ''}, defaults"
+            found["steady"][f"quartzlite_{nodes}_defaults"] = attempt(
+                f"galera steady {label}",
+                partial(ql.steady, cluster, f"galera_steady{nodes}d", nodes, steady_jobs, seconds,
+                        None))
+    finally:
+        cluster.close()
+    return found
+
+
 RUNNERS: dict[str, Callable[[Server], dict[str, Any]]] = {
     "burst": burst, "steady": steady, "shell": shell, "failover": failover, "idle": idle, "cost": cost,
-    "ui": ui_pages,
+    "ui": ui_pages, "galera": galera,
 }
 
 

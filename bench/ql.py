@@ -82,13 +82,13 @@ class Cluster:
         self.server = server
         self.name = name
         self.database = util.DB_PREFIX + name
-        self.url = util.url_for(self.database)
+        self.url = server.url_for(self.database)
         self.nodes: list[NodeProcess] = []
         self.records = LOG_DIR / f"{name}.records"
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         self.records.unlink(missing_ok=True)
         server.drop(self.database)
-        util.quartzlite(self.database, "db", "upgrade")
+        util.quartzlite(self.database, "db", "upgrade", url=self.url)
 
     def add_jobs(self, specs: list[dict[str, Any]]) -> float:
         """Create jobs through the library's bulk path in chunks; returns seconds."""
@@ -102,10 +102,14 @@ class Cluster:
 
     def start(self, count: int, options: dict[str, Any], port: int | None = None,
               launcher: tuple[str, ...] = ("-m", "quartzlite")) -> list[NodeProcess]:
+        """``count`` nodes, each on the URL the server gives it (through the proxy on
+        ``port`` when given)."""
         passed = translate(options)
         for i in range(count):
-            self.nodes.append(NodeProcess(self.database, f"{self.name}-node{i + 1}", passed,
-                                          launcher=launcher, port=port))
+            url = self.server.url_for(self.database, i) if port is None \
+                else util.url_for(self.database, port)
+            self.nodes.append(NodeProcess(url, f"{self.name}-node{i + 1}", passed,
+                                          launcher=launcher))
         wait_until(self.sessions_ready, timeout=30, message=f"{count} node session(s)")
         for node in self.nodes:
             node.find_guard()

@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.util import ROOT
 
@@ -162,6 +162,159 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "Flask test client in the bench's process: the wall time of each GET (routing, "
             "session check, reads, template)"))
     return found
+
+
+#: The quartzlite runs the Galera workload repeats, as (key, label).
+GALERA_RUNS = (("quartzlite_1_defaults", "1 node"), ("quartzlite_2_defaults", "2 nodes"))
+GALERA_HEADERS = ("workload", "metric", "1 node: single server", "1 node: Galera",
+                  "Galera / single", "2 nodes: single server", "2 nodes: Galera",
+                  "Galera / single")
+
+
+def _conflicts(part: dict[str, Any]) -> int | None:
+    """Certification failures and brute-force aborts over the window, all members (None
+    on the single server: it has no such counters)."""
+    counters = part.get("statements") or {}
+    if "wsrep_local_cert_failures" not in counters:
+        return None
+    return int(counters["wsrep_local_cert_failures"]) + int(counters["wsrep_local_bf_aborts"])
+
+
+def _node_cpu(part: dict[str, Any]) -> float | None:
+    cpu = part.get("cpu_s")
+    return round(sum(cpu.values()), 2) if cpu else None
+
+
+def _fires_per_node(part: dict[str, Any]) -> str | None:
+    return " / ".join(str(v) for v in (part.get("fires_by_pid") or {}).values()) or None
+
+
+class Metric(NamedTuple):
+    """A row of the Galera table: its label, its value in one run's results, its digits,
+    and whether Galera's value as a multiple of the single server's means anything."""
+
+    label: str
+    value: Callable[[dict[str, Any]], Any]
+    digits: int
+    compare: bool = True
+
+
+#: On a shared machine a window where it is large ran with fewer free cores.
+_OTHERS = Metric("other processes' CPU s in the window",
+                 lambda p: _get(p, "host_cpu", "other_processes_s"), 2, compare=False)
+GALERA_BURST: tuple[Metric, ...] = (
+    Metric("makespan: last start - T0 (s)", lambda p: p.get("makespan_s"), 3),
+    Metric("first start - T0 (s)", lambda p: p.get("first_start_s"), 3),
+    Metric("fires per second", lambda p: p.get("fires_per_s"), 0),
+    Metric("lateness p50 (ms)", lambda p: p.get("lateness_p50_ms"), 1),
+    Metric("lateness p99 (ms)", lambda p: p.get("lateness_p99_ms"), 1),
+    Metric("lateness max (ms)", lambda p: p.get("lateness_max_ms"), 1),
+    Metric("duplicates (must be 0)", lambda p: p.get("duplicates"), 0),
+    Metric("missing", lambda p: p.get("missing"), 0),
+    Metric("statements per fire", lambda p: p.get("statements_per_fire"), 2),
+    Metric("certification conflicts (cert failures + BF aborts)", _conflicts, 0),
+    Metric("CPU s of the nodes in the window", _node_cpu, 2),
+    Metric("CPU s of the database server(s) in the window", lambda p: _get(p, "host_cpu", "mysql_server_s"), 2),
+    Metric("fires per node", _fires_per_node, 0),
+    _OTHERS,
+)
+GALERA_STEADY: tuple[Metric, ...] = (
+    Metric("lateness p50 (ms)", lambda p: p.get("lateness_p50_ms"), 1),
+    Metric("lateness p99 (ms)", lambda p: p.get("lateness_p99_ms"), 1),
+    Metric("lateness max (ms)", lambda p: p.get("lateness_max_ms"), 1),
+    Metric("missed slots", lambda p: p.get("missed_slots"), 0),
+    Metric("duplicates (must be 0)", lambda p: p.get("duplicates"), 0),
+    Metric("statements per fire", lambda p: p.get("statements_per_fire"), 2),
+    Metric("certification conflicts (cert failures + BF aborts)", _conflicts, 0),
+    Metric("CPU ms per fire (nodes)", lambda p: p.get("cpu_ms_per_fire"), 2),
+    Metric("database server(s) CPU ms per fire", lambda p: p.get("mysql_ms_per_fire"), 2),
+    Metric("fires per node", _fires_per_node, 0),
+    _OTHERS,
+)
+
+
+def galera_rows(results: dict[str, Any]) -> list[Row]:
+    """burst and steady on Galera beside the same runs on the single server: per number
+    of nodes, the single server's value, Galera's, and Galera's as a multiple of it."""
+    w = results.get("workloads", {})
+    g = w.get("galera")
+    if not g or _is_error(g):
+        return []
+    rows: list[Row] = []
+    for workload, metrics in (("burst", GALERA_BURST), ("steady", GALERA_STEADY)):
+        single = [_get(w, workload, key) or {} for key, _ in GALERA_RUNS]
+        cluster = [_get(g, workload, key) or {} for key, _ in GALERA_RUNS]
+        first = next((p for p in (*cluster, *single) if p.get("jobs")), {})
+        name = (f"burst ({first.get('jobs', 0):,} @at T0)" if workload == "burst" else
+                f"steady ({first.get('jobs', '?')} x every 1 s, {first.get('duration_s', '?')} s)")
+        for metric in metrics:
+            cells: list[str] = []
+            for a, b in zip(single, cluster, strict=True):
+                va, vb = metric.value(a), metric.value(b)
+                cells += [fmt(va, metric.digits), fmt(vb, metric.digits),
+                          ratio(vb, va) if metric.compare else "-"]
+            rows.append([name, metric.label, *cells])
+        for (_, label), a, b in zip(GALERA_RUNS, single, cluster, strict=True):
+            for side, part in (("single server", a), ("Galera", b)):
+                if _is_error(part):
+                    rows.append([name, f"ERROR ({label}, {side})", part["error"][:60],
+                                 "", "", "", "", ""])
+    return rows
+
+
+def galera_markdown(results: dict[str, Any]) -> list[str]:
+    """The cost of synchronous replication: how the Galera runs were made, then the
+    table."""
+    g = _get(results, "workloads", "galera")
+    if not g:
+        return []
+    lines = ["", "## Galera (3 members) vs single server", ""]
+    if _is_error(g):
+        return [*lines, f"The run failed: {g['error']}"]
+    c = g.get("cluster") or {}
+    one = g.get("single_server") or {}
+    cores = _get(results, "machine", "cores") or "?"
+
+    def sizing(part: dict[str, Any]) -> str:
+        return (f"innodb_buffer_pool_size {fmt(part.get('innodb_buffer_pool_mib'))} MiB, "
+                f"innodb_flush_log_at_trx_commit={part.get('innodb_flush_log_at_trx_commit', '?')}, "
+                f"binary log {'on' if part.get('log_bin') else 'off'}")
+
+    lines += [
+        "The cost of synchronous replication: the burst and steady runs above with "
+        "quartzlite's defaults (1 and 2 nodes), repeated on a private three-member MariaDB "
+        "Galera Cluster (`python -m bench --only galera`; `bench/galera.py` on "
+        "`tests/cluster/galera.py`: three `mariadbd` with galera-4 on loopback, each with its "
+        f"own datadir and ports). Measured {g.get('measured_at', '?')} with quartzlite at "
+        f"{g.get('quartzlite_commit', '?')}"
+        + (" in a quick run (`BENCH_QUICK=1`: shorter steady window)" if g.get("quick") else "")
+        + "; the single-server columns are the burst and steady workloads' figures in the "
+        "same results, from their own run.",
+        "",
+        f"* Cluster: {c.get('members', '?')} members, {c.get('mariadb', '?')}, Galera "
+        f"{c.get('galera', '?')}, {c.get('topology', '?')} (2 nodes: two members take "
+        "writes). Every commit waits until the group has ordered its writeset and it passed "
+        "certification.",
+        f"* Galera settings: docs/ha.md's recommended `wsrep_provider_options` "
+        f"(`{c.get('provider_options', '?')}`); with Galera's defaults a node refuses to start "
+        "with quartzlite's default timing. The nodes run with quartzlite's defaults.",
+        f"* Each member: {sizing(c)}, wsrep_slave_threads={c.get('wsrep_slave_threads', '?')}. "
+        f"The single server: {one.get('mariadb', '?')}, {sizing(one)}.",
+        f"* Everything shares this machine's {cores} cores: the three members, the nodes and "
+        "the single server (not used by these runs). On separate machines each member would "
+        "have its cores to itself, and replication would cross a network instead of loopback.",
+        "* Statements are `Questions` summed over the members (each counts what clients sent "
+        "it, not the writesets it applied); the database CPU is the three `mariadbd` "
+        "processes together. Certification conflicts are the window's deltas of "
+        "`wsrep_local_cert_failures` (a commit that failed certification: 1213, retried) plus "
+        "`wsrep_local_bf_aborts` (a local transaction aborted by a replicated writeset), "
+        "summed over the members.",
+        "* \"Galera / single\" is Galera's value as a multiple of the single server's: for "
+        "makespan, lateness, statements and CPU lower is better, for fires/s higher.",
+        "",
+        md_table(GALERA_HEADERS, galera_rows(results)),
+    ]
+    return lines
 
 
 #: The dashboard pages the target names, and how the tables call each page.
@@ -447,6 +600,11 @@ def settings_rows(results: dict[str, Any]) -> list[Row]:
     for mode in ("default", "fast"):
         add(f"failover, {mode} (each node)", _get(w, "failover", mode, "settings"))
     add("idle (one node)", _get(w, "idle", "quartzlite_large", "settings"))
+    for workload in ("burst", "steady"):
+        for key, label in (("quartzlite_1_defaults", "1 node"),
+                           ("quartzlite_2_defaults", "2 nodes (each)")):
+            add(f"galera {workload}, quartzlite {label}, defaults",
+                _get(w, "galera", workload, key, "settings"))
     for n, part in sorted((_get(w, "cost", "quartzlite") or {}).items(), key=lambda kv: int(kv[0])):
         add(f"cost {int(n):,} jobs, quartzlite 2 nodes, defaults (each)", part.get("settings"))
     aps_settings = None
@@ -509,6 +667,8 @@ def terminal(results: dict[str, Any]) -> str:
              text_table(("run", "settings"), settings_rows(results))]
     if ui_rows(results):
         parts += ["", text_table(UI_HEADERS, ui_rows(results))]
+    if galera_rows(results):
+        parts += ["", text_table(GALERA_HEADERS, galera_rows(results))]
     missed = [t["target"] for t in found if t["result"] == "MISS"]
     parts += ["", f"targets: {len(found) - len(missed)} PASS, {len(missed)} MISS"
               + (": " + "; ".join(missed) if missed else "")]
@@ -671,6 +831,7 @@ def markdown(results: dict[str, Any]) -> str:
                 lines += ["", "Other commands (not statements): " +
                           ", ".join(f"{k} {v}" for k, v in other.items()) + "."]
     lines += ui_markdown(results)
+    lines += galera_markdown(results)
     if unclean:
         lines += ["", "## Windows with other clients active", "",
                   "These windows' statement counts include statements of other clients of the "

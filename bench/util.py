@@ -109,6 +109,23 @@ class Server:
     def version(self) -> str:
         return str(self.query("SELECT VERSION()")[0][0])
 
+    def url_for(self, database: str, node: int = 0) -> str:
+        """The URL the ``node``-th node of a workload (and its CLI) is given: here the
+        same for every node; a cluster of several members may list them in another
+        order for each."""
+        return url_for(database)
+
+    def pids(self) -> list[int]:
+        """The database server's processes on this machine (their CPU is the window's
+        ``mysql_server_s``)."""
+        pid = server_pid()
+        return [] if pid is None else [pid]
+
+    def ports(self) -> set[int]:
+        """The ports clients connect to (a window tells the measured processes'
+        connections from other clients' by them)."""
+        return {server_params()["port"]}
+
     def status(self) -> dict[str, int]:
         """One statement: the global counters of :data:`STATUS_VARS`."""
         names = ",".join(f"'{n}'" for n in STATUS_VARS)
@@ -182,10 +199,9 @@ class Window:
 
     def __enter__(self) -> Window:
         self._check(0.0)
-        self.sockets0 = server_sockets(self.pids)
+        self.sockets0 = server_sockets(self.pids, self.server.ports())
         self.host0 = host_cpu()
-        pid = server_pid()
-        self.server0 = cpu_seconds(pid) if pid else None
+        self.server0 = self._server_cpu()
         self.self0 = cpu_seconds(os.getpid())
         self.cpu0 = {pid: cpu_seconds(pid) for pid in self.pids}
         self.t0 = time.monotonic()
@@ -197,11 +213,15 @@ class Window:
         self.t1 = time.monotonic()
         self.cpu1 = {pid: cpu_seconds(pid) for pid in self.pids}
         self.self1 = cpu_seconds(os.getpid())
-        pid = server_pid()
-        self.server1 = cpu_seconds(pid) if pid else None
+        self.server1 = self._server_cpu()
         self.host1 = host_cpu()
-        self.sockets1 = server_sockets(self.pids)
+        self.sockets1 = server_sockets(self.pids, self.server.ports())
         self._check(self.seconds + 1)
+
+    def _server_cpu(self) -> float | None:
+        """CPU seconds of the database server's processes (None: not on this machine)."""
+        pids = self.server.pids()
+        return sum(cpu_seconds(pid) for pid in pids) if pids else None
 
     def host(self) -> dict[str, Any]:
         """Where the machine's CPU went during the window: the measured processes, the
@@ -340,9 +360,8 @@ def wait_quiet(limit_s: float = 60.0, threshold: float = 0.15) -> float:
             return waited
 
 
-def server_sockets(pids: Sequence[int]) -> set[int]:
-    """Inodes of the TCP sockets these processes hold to the server's port."""
-    port = server_params()["port"]
+def server_sockets(pids: Sequence[int], ports: set[int]) -> set[int]:
+    """Inodes of the TCP sockets these processes hold to the server's ``ports``."""
     inodes: set[int] = set()
     for pid in pids:
         try:
@@ -364,7 +383,7 @@ def server_sockets(pids: Sequence[int]) -> set[int]:
         for line in lines:
             parts = line.split()
             remote_port = int(parts[2].rsplit(":", 1)[1], 16)
-            if remote_port == port and int(parts[9]) in inodes:
+            if remote_port in ports and int(parts[9]) in inodes:
                 found.add(int(parts[9]))
     return found
 
@@ -429,10 +448,12 @@ def env_with_repo() -> dict[str, str]:
     return env
 
 
-def quartzlite(database: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run the quartzlite CLI against a bench database; raise with its output on failure."""
+def quartzlite(database: str, *args: str, timeout: float = 600,
+               url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the quartzlite CLI against a bench database (on the bench's server, unless
+    ``url`` says where); raise with its output on failure."""
     proc = subprocess.run(
-        [PY, "-m", "quartzlite", "--database-url", url_for(database), *args],
+        [PY, "-m", "quartzlite", "--database-url", url or url_for(database), *args],
         cwd=ROOT, env=env_with_repo(), capture_output=True, text=True, timeout=timeout,
     )
     if proc.returncode != 0:
@@ -442,16 +463,16 @@ def quartzlite(database: str, *args: str, timeout: float = 600) -> subprocess.Co
 
 
 class NodeProcess:
-    """One ``python -m quartzlite node`` in a process group of its own, logging to a file."""
+    """One ``python -m quartzlite node`` on ``url``, in a process group of its own, logging
+    to a file."""
 
-    def __init__(self, database: str, name: str, options: dict[str, Any],
-                 launcher: Sequence[str] = ("-m", "quartzlite"), port: int | None = None) -> None:
+    def __init__(self, url: str, name: str, options: dict[str, Any],
+                 launcher: Sequence[str] = ("-m", "quartzlite")) -> None:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         self.name = name
-        self.database = database
         self.options = dict(options)
         self.log_path = LOG_DIR / f"{name}.log"
-        args = [PY, *launcher, "--database-url", url_for(database, port), "node"]
+        args = [PY, *launcher, "--database-url", url, "node"]
         for key, value in options.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
         self._log = self.log_path.open("wb")
