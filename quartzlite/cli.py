@@ -21,9 +21,10 @@ import click
 from quartzlite import codec
 from quartzlite.client import SchedulerClient, preview_schedule
 from quartzlite.config import ApiConfig, NodeConfig, database_url_from_env, with_password
+from quartzlite.enums import SUBSCRIBABLE_EVENTS, AuditSource, DeliveryStatus, RunStatus
 from quartzlite.errors import QuartzliteError, ValidationError
-from quartzlite.models import Calendar, Job, Run
-from quartzlite.redact import SafeFormatter
+from quartzlite.models import Calendar, Job, Run, Webhook
+from quartzlite.redact import SafeFormatter, escape_controls
 
 log = logging.getLogger("quartzlite.cli")
 
@@ -69,7 +70,8 @@ def _client(ctx: click.Context, *, one_shot: bool = True) -> SchedulerClient:
             storage_log = logging.getLogger("quartzlite.storage")
             root.call_on_close(lambda level=storage_log.level: storage_log.setLevel(level))
             storage_log.setLevel(logging.WARNING)
-        obj["client"] = SchedulerClient(obj["database_url"])
+        # Every change a command makes is audited as user@host, source cli.
+        obj["client"] = SchedulerClient(obj["database_url"], source=AuditSource.CLI)
         ctx.find_root().call_on_close(obj["client"].close)
     client: SchedulerClient = obj["client"]
     return client
@@ -186,7 +188,8 @@ def db_current(ctx: click.Context) -> None:
 def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The job-definition options shared by ``job add``, ``job put`` and ``job update``."""
     opts = [
-        click.option("--schedule", "-s", required=False, help="cron, Quartz cron, @every 90s, @at ISO"),
+        click.option("--schedule", "-s", required=False,
+                     help="cron, Quartz cron, @every 90s, @at ISO, @manual (runs when triggered)"),
         click.option("--timezone", "-z", help="IANA timezone of the schedule (default UTC)"),
         click.option("--start-at", metavar="INSTANT",
                      help="no slot before this ISO-8601 instant (with an offset or Z)"),
@@ -213,6 +216,11 @@ def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         click.option("--calendar", "calendars", multiple=True, metavar="NAME",
                      help="exclusion calendar whose excluded times the job skips (repeatable; "
                           "on update, the whole list; --calendar '' for none)"),
+        click.option("--upstream", "upstream", multiple=True, metavar="JOB",
+                     help="a job whose runs trigger this one (repeatable; needs --schedule "
+                          "@manual; on update, the whole list; --upstream '' for none)"),
+        click.option("--upstream-on", type=click.Choice(["success", "failure", "completion"]),
+                     help="how an upstream slot must end to trigger this job (default success)"),
         click.option("--description"),
         click.option("--paused/--active", default=None, help="create paused / resume"),
         click.option("--json", "as_json", is_flag=True, help="print JSON"),
@@ -229,7 +237,9 @@ def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 def _spec_data(name: str | None, options: dict[str, Any]) -> dict[str, Any]:
     data: dict[str, Any] = {} if name is None else {"name": name}
     for key, value in options.items():
-        if key == "as_json" or value is None or (key in ("tags", "calendars") and not value):
+        if key == "as_json" or value is None or (
+            key in ("tags", "calendars", "upstream") and not value
+        ):
             continue
         if key == "callable_":
             key = "callable"
@@ -240,7 +250,7 @@ def _spec_data(name: str | None, options: dict[str, Any]) -> dict[str, Any]:
                 raise ValidationError("kwargs", f"is not valid JSON: {error}") from None
         if key == "tags":
             value = list(value)
-        if key == "calendars":  # --calendar '' alone: no calendar
+        if key in ("calendars", "upstream"):  # --calendar '' alone: no calendar
             value = [v for v in value if v]
         data[key] = value
     return data
@@ -352,11 +362,12 @@ def job_show(ctx: click.Context, /, name: str, as_json: bool) -> None:
     data = codec.job_to_dict(view.job)
     data["upcoming"] = [codec.iso(t) for t in view.upcoming]
     data["last_run"] = None if view.last_run is None else codec.run_to_dict(view.last_run, output=False)
+    data["downstream"] = list(view.downstream)
     if as_json:
         _echo_json(data)
         return
     for key, value in data.items():
-        if key in ("upcoming", "last_run"):
+        if key in ("upcoming", "last_run", "downstream"):
             continue
         if key == "state":
             value = _state(view.job)
@@ -365,6 +376,7 @@ def job_show(ctx: click.Context, /, name: str, as_json: bool) -> None:
         elif isinstance(value, dict):  # kwargs: as JSON
             value = json.dumps(value)
         click.echo(f"{key:>20}: {'-' if value is None else value}")
+    click.echo(f"{'downstream':>20}: " + (",".join(view.downstream) or "-"))
     click.echo(f"{'upcoming':>20}: " + (", ".join(_when(t) for t in view.upcoming) or "-"))
     run = view.last_run
     click.echo(f"{'last run':>20}: " + ("-" if run is None else
@@ -385,21 +397,61 @@ def _control(verb: str, method: str, message: str) -> None:
 _control("pause", "pause_job", "paused")
 _control("resume", "resume_job", "resumed")
 _control("delete", "delete_job", "deleted (history kept)")
-_control("trigger", "trigger_job", "triggered")
 _control("kill", "kill_job", "kill requested")
+
+
+@job.command("trigger")
+@click.argument("name")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="a parameter of this run (repeatable): a callable gets it as a keyword "
+                   "argument (a string, over the job's kwargs), a shell command as "
+                   "$QUARTZLITE_PARAM_<NAME> (upper-cased)")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def job_trigger(ctx: click.Context, /, name: str, params: tuple[str, ...], as_json: bool) -> None:
+    """Trigger job NAME: run it now (a fresh slot), with the --param values if given."""
+    values: dict[str, str] = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValidationError("param", f"must be NAME=VALUE, got {item[:70]!r}")
+        if key in values:
+            raise ValidationError(f"params.{key}", "given more than once")
+        values[key] = value
+    _print_job(_client(ctx).trigger_job(name, values or None), as_json, "triggered")
+
+
+def _params_text(params: dict[str, Any] | None, limit: int = 60) -> str:
+    """A run's parameters for a table cell: compact JSON, cut at ``limit`` characters."""
+    if not params:
+        return "-"
+    text = json.dumps(params, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _upstream_text(run: Run) -> str:
+    """The upstream run that triggered a run's slot, for a table cell: ``#id``."""
+    return "-" if run.upstream_run_id is None else f"#{run.upstream_run_id}"
 
 
 def _print_runs(runs: Sequence[Run], next_cursor: str | None, as_json: bool) -> None:
     if as_json:
         _echo_json({"runs": [codec.run_to_dict(r) for r in runs], "next_cursor": next_cursor})
         return
+    # A params column only when a run on the page was triggered with parameters, an
+    # upstream column (the run whose end triggered the slot) when one was by a dependency.
+    with_params = any(r.params for r in runs)
+    with_upstream = any(r.upstream_run_id is not None for r in runs)
     click.echo(
         _table(
-            ["id", "job", "planned", "started", "ended", "try", "status", "exit", "node"],
+            ["id", "job", "planned", "started", "ended", "try", "status", "exit", "node",
+             *(["upstream"] if with_upstream else []), *(["params"] if with_params else [])],
             [
                 [r.id, r.job_name, _when(r.planned_at), _when(r.started_at), _when(r.ended_at),
                  r.attempt, r.status.value, "-" if r.exit_code is None else r.exit_code,
-                 r.node or "-"]
+                 r.node or "-",
+                 *([_upstream_text(r)] if with_upstream else []),
+                 *([_params_text(r.params)] if with_params else [])]
                 for r in runs
             ],
         )
@@ -425,8 +477,12 @@ def job_history(
     _print_runs(page.items, page.next_cursor, as_json)
     if show_output and not as_json:
         for run in page.items:
-            click.echo(f"--- run #{run.id} output ---\n{run.output}" + (
-                f"\n--- error: {run.error}" if run.error else ""))
+            running = " (so far: still running)" if run.status is RunStatus.RUNNING else ""
+            click.echo(
+                (f"--- run #{run.id} params: {json.dumps(run.params, ensure_ascii=False)}\n"
+                 if run.params else "")
+                + f"--- run #{run.id} output{running} ---\n{run.output}"
+                + (f"\n--- error: {run.error}" if run.error else ""))
 
 
 # -- schedules -----------------------------------------------------------------------
@@ -603,6 +659,144 @@ def calendar_delete(ctx: click.Context, /, name: str, as_json: bool) -> None:
     _print_calendar(_client(ctx).delete_calendar(name), as_json, "deleted")
 
 
+# -- webhooks ------------------------------------------------------------------------
+
+_EVENT_CHOICE = click.Choice([e.value for e in SUBSCRIBABLE_EVENTS])
+
+
+def _print_webhook(webhook: Webhook, as_json: bool, message: str,
+                   secret: str | None = None) -> None:
+    if as_json:
+        _echo_json({**codec.webhook_to_dict(webhook), **({"secret": secret} if secret else {})})
+        return
+    click.echo(f"webhook {webhook.name} {message}")
+    if secret:
+        click.echo(f"secret: {secret}")
+        click.echo("(shown once: it signs every delivery, X-Quartzlite-Signature; keep it "
+                   "with the receiver)")
+
+
+@main.group()
+def webhook() -> None:
+    """Webhook subscriptions: POST run and node events to a URL, signed, at least once."""
+
+
+@webhook.command("add")
+@click.argument("name")
+@click.option("--url", required=True, help="http(s) URL the deliveries are POSTed to")
+@click.option("--event", "events", multiple=True, required=True, type=_EVENT_CHOICE,
+              help="an event type to deliver (repeatable)")
+@click.option("--job-prefix", help="only events of jobs whose name starts with this")
+@click.option("--tag", help="only events of jobs having this tag")
+@click.option("--disabled", is_flag=True, help="create it disabled")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def webhook_add(ctx: click.Context, /, name: str, url: str, events: tuple[str, ...],
+                job_prefix: str | None, tag: str | None, disabled: bool, as_json: bool) -> None:
+    """Create webhook NAME; prints its signing secret, this once."""
+    data: dict[str, Any] = {"name": name, "url": url, "events": list(events),
+                            "enabled": not disabled}
+    if job_prefix is not None:
+        data["job_prefix"] = job_prefix
+    if tag is not None:
+        data["tag"] = tag
+    created, secret = _client(ctx).add_webhook(data)
+    _print_webhook(created, as_json, "added", secret)
+
+
+@webhook.command("update")
+@click.argument("name")
+@click.option("--url", help="new URL")
+@click.option("--event", "events", multiple=True, type=_EVENT_CHOICE,
+              help="the event types to deliver from now on (repeatable; replaces the list)")
+@click.option("--job-prefix", help="only events of jobs whose name starts with this ('' = any)")
+@click.option("--tag", help="only events of jobs having this tag ('' = any)")
+@click.option("--enable/--disable", "enabled", default=None,
+              help="a disabled webhook gets no events; its pending deliveries wait")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def webhook_update(ctx: click.Context, /, name: str, url: str | None, events: tuple[str, ...],
+                   job_prefix: str | None, tag: str | None, enabled: bool | None,
+                   as_json: bool) -> None:
+    """Change webhook NAME."""
+    changes: dict[str, Any] = {}
+    for key, value in (("url", url), ("job_prefix", job_prefix), ("tag", tag),
+                       ("enabled", enabled)):
+        if value is not None:
+            changes[key] = value
+    if events:
+        changes["events"] = list(events)
+    if not changes:
+        raise InvalidInput("give at least one of --url, --event, --job-prefix, --tag, "
+                           "--enable, --disable")
+    _print_webhook(_client(ctx).update_webhook(name, changes), as_json, "changed")
+
+
+@webhook.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def webhook_list(ctx: click.Context, /, as_json: bool) -> None:
+    """List the webhooks, by name (never their secrets)."""
+    found = _client(ctx).list_webhooks()
+    if as_json:
+        _echo_json([codec.webhook_to_dict(w) for w in found])
+        return
+    click.echo(_table(
+        ["name", "enabled", "events", "job prefix", "tag", "url"],
+        [[w.name, "yes" if w.enabled else "no", ",".join(e.value for e in w.events),
+          w.job_prefix or "-", w.tag or "-", w.url] for w in found],
+    ))
+
+
+@webhook.command("delete")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def webhook_delete(ctx: click.Context, /, name: str, as_json: bool) -> None:
+    """Delete webhook NAME and its delivery log."""
+    _print_webhook(_client(ctx).delete_webhook(name), as_json, "deleted")
+
+
+@webhook.command("test")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def webhook_test(ctx: click.Context, /, name: str, as_json: bool) -> None:
+    """Queue a webhook.test event for webhook NAME alone (a node delivers it)."""
+    delivery = _client(ctx).test_webhook(name)
+    if as_json:
+        _echo_json(codec.delivery_to_dict(delivery))
+    else:
+        click.echo(f"test delivery {delivery.id} queued for webhook {name}")
+
+
+@webhook.command("deliveries")
+@click.argument("name")
+@click.option("--status", type=click.Choice([s.value for s in DeliveryStatus]))
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--cursor")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def webhook_deliveries(ctx: click.Context, /, name: str, status: str | None, limit: int,
+                       cursor: str | None, as_json: bool) -> None:
+    """The delivery log of webhook NAME, newest event first."""
+    page = _client(ctx).list_deliveries(name, status=status, limit=limit, cursor=cursor)
+    if as_json:
+        _echo_json({"deliveries": [codec.delivery_to_dict(d) for d in page.items],
+                    "next_cursor": page.next_cursor})
+        return
+    click.echo(_table(
+        ["id", "event", "job", "occurred", "status", "tries", "code", "next attempt",
+         "last error"],
+        [[d.id, d.event.value, d.job_name or "-", _when(d.occurred_at), d.status.value,
+          d.attempts, "-" if d.last_status_code is None else d.last_status_code,
+          _when(d.next_attempt_at) if d.status.value in ("pending", "paused") else "-",
+          (d.last_error or "-")[:60]] for d in page.items],
+    ))
+    if page.next_cursor:
+        click.echo(f"(more: --cursor {page.next_cursor})")
+
+
 # -- history -------------------------------------------------------------------------
 
 
@@ -626,6 +820,57 @@ def history_prune(ctx: click.Context, /, older_than: str, as_json: bool) -> None
     else:
         click.echo(f"pruned {pruned.runs} run(s) and {pruned.jobs} deleted job(s) "
                    f"from before {pruned.before.isoformat()}")
+
+
+# -- audit ---------------------------------------------------------------------------
+
+
+@main.group()
+def audit() -> None:
+    """The audit trail: every change, through the API, the dashboard, the CLI (as
+    user@host) or the library."""
+
+
+@audit.command("list")
+@click.option("--job", help="entries about this job")
+@click.option("--token", help="entries by this API token or CLI/library actor (e.g. ops@host1)")
+@click.option("--source", type=click.Choice([s.value for s in AuditSource]),
+              help="entries that came this way")
+@click.option("--since", metavar="INSTANT", help="recorded at or after this ISO-8601 instant")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--cursor")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def audit_list(
+    ctx: click.Context, /, job: str | None, token: str | None, source: str | None,
+    since: str | None, limit: int, cursor: str | None, as_json: bool,
+) -> None:
+    """List the audit trail, newest first."""
+    page = _client(ctx).list_audit(
+        job=job, token=token, source=source, since=_parse_instant("since", since) if since else None,
+        limit=limit, cursor=cursor,
+    )
+    if as_json:
+        _echo_json({"items": [{
+            "id": e.id, "at": codec.iso(e.at), "source": e.source.value, "token": e.token_name,
+            "action": e.action, "job": e.job_name, "client_address": e.client_address,
+            "details": e.details,
+        } for e in page.items], "next_cursor": page.next_cursor})
+        return
+    click.echo(
+        _table(
+            ["id", "when", "source", "who", "action", "job", "outcome"],
+            [
+                # A refused write's job name is stored as it was sent: escaped here.
+                [e.id, _when(e.at), e.source.value, escape_controls(e.token_name),
+                 escape_controls(e.action), escape_controls(e.job_name or "-"),
+                 e.details.get("status", e.details.get("error", "ok"))]
+                for e in page.items
+            ],
+        )
+    )
+    if page.next_cursor:
+        click.echo(f"(more: --cursor {page.next_cursor})")
 
 
 # -- cluster -------------------------------------------------------------------------

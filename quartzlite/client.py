@@ -1,33 +1,42 @@
 """SchedulerClient: the management use cases shared by the library, the CLI and the
 HTTP API. It validates input into :class:`JobSpec` values (every error names the
 field and the reason), plans first fire times with :mod:`quartzlite.schedule`, and
-leaves SQL to :mod:`quartzlite.storage`.
+leaves SQL to :mod:`quartzlite.storage`. Every change it makes (or refuses) is recorded
+in the audit trail with who made it (see :class:`SchedulerClient`).
 """
 
 from __future__ import annotations
 
+import getpass
 import json
+import logging
 import math
-from collections.abc import Mapping, Sequence
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
-from quartzlite import auth
+from quartzlite import auth, codec
 from quartzlite import schedule as schedules
 from quartzlite.config import MAX_RETENTION_S
 from quartzlite.enums import (
+    AuditSource,
+    DeliveryStatus,
     JobState,
     MisfirePolicy,
     OverrunPolicy,
     RecoveryPolicy,
     Role,
     RunStatus,
+    UpstreamCondition,
 )
-from quartzlite.errors import AuthError, ValidationError
+from quartzlite.errors import AuthError, Conflict, NotFound, QuartzliteError, ValidationError
 from quartzlite.models import (
     AuditEntry,
     Calendar,
+    Delivery,
     Job,
     JobSpec,
     Overview,
@@ -38,23 +47,30 @@ from quartzlite.models import (
     Session,
     Token,
     UiSession,
+    Webhook,
 )
+from quartzlite.redact import MASK, bounded, clip, redact
 from quartzlite.storage import migrate
 from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.calendars import CalendarStore
-from quartzlite.storage.engine import Database
+from quartzlite.storage.engine import Database, RetryPolicy
 from quartzlite.storage.jobs import NEVER_RAN, JobFilter, JobStore, RunFilter
 from quartzlite.storage.ui import DashboardStore, UiSessionStore
+from quartzlite.storage.webhooks import WebhookStore
 from quartzlite.validation import (
     NAME_RE,
+    TAG_RE,
     check_unicode,
     type_name,
     validate_callable,
     validate_name,
+    validate_params,
     validate_tags,
     validate_text,
     validate_token_name,
 )
+from quartzlite.webhooks import new_secret as new_webhook_secret
+from quartzlite.webhooks import validate_events, validate_url
 
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_BACKOFF_S = 24 * 3600.0
@@ -67,10 +83,15 @@ MAX_RUNS = 2_147_483_647
 MAX_JITTER_S = schedules.MAX_JITTER_S
 #: The most calendars a job names.
 MAX_JOB_CALENDARS = 8
+#: The most upstream jobs a job names (``JobSpec.upstream``).
+MAX_UPSTREAM = 16
 #: What ``list_jobs(last_status=...)`` accepts: a run status, or ``never``.
 LAST_STATUSES = (*(s.value for s in RunStatus), NEVER_RAN)
 
-E = TypeVar("E", MisfirePolicy, OverrunPolicy, RecoveryPolicy)
+E = TypeVar("E", MisfirePolicy, OverrunPolicy, RecoveryPolicy, UpstreamCondition)
+T = TypeVar("T")
+
+log = logging.getLogger("quartzlite.client")
 
 SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 CALENDAR_FIELDS = ("name", "timezone", "description", "rules")
@@ -153,6 +174,27 @@ def validate_calendar_names(field: str, value: object) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def validate_upstream(field: str, value: object, *, name: str) -> tuple[str, ...]:
+    """The upstream jobs of job ``name``: job names, sorted, without repeats, at most
+    :data:`MAX_UPSTREAM`, not ``name`` itself (that they exist, and make no cycle, is
+    checked where the job is written)."""
+    if not isinstance(value, (list, tuple)):
+        raise ValidationError(field, f"must be a list of job names, not {type_name(value)}")
+    names: set[str] = set()
+    for item in value:
+        if not isinstance(item, str) or not NAME_RE.fullmatch(item):
+            raise ValidationError(
+                field, f"{str(item)[:60]!r} is not a job name (1-128 letters, digits, '.', "
+                "'_' or '-', starting with a letter or digit)",
+            )
+        names.add(item)
+    if name in names:
+        raise ValidationError(field, "a job cannot be its own upstream")
+    if len(names) > MAX_UPSTREAM:
+        raise ValidationError(field, f"at most {MAX_UPSTREAM} upstream jobs, got {len(names)}")
+    return tuple(sorted(names))
+
+
 def build_calendar(data: Mapping[str, Any]) -> Calendar:
     """Validate user input into a :class:`Calendar` (name, timezone, description,
     rules). Raises :class:`ValidationError` naming the first bad field
@@ -227,6 +269,15 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
     max_runs = merged.get("max_runs")
     if max_runs is not None:
         max_runs = _integer("max_runs", max_runs, low=1, high=MAX_RUNS)
+    upstream = validate_upstream("upstream", merged.get("upstream", ()), name=name)
+    if upstream and not parsed.manual:
+        # The job row holds one next slot: a run for an upstream's slot (in the past, say
+        # after a retry) would be planned over the job's own next slot, and the slot
+        # after it computed from the upstream's, replaying the job's own past slots.
+        raise ValidationError(
+            "upstream", "a job with upstream jobs runs only when they end: give it the "
+            f"schedule {schedules.MANUAL}",
+        )
     return JobSpec(
         name=name,
         schedule=parsed.expression,
@@ -259,6 +310,10 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         ),
         paused=paused,
         calendars=validate_calendar_names("calendars", merged.get("calendars", ())),
+        upstream=upstream,
+        upstream_on=_choice(
+            "upstream_on", merged.get("upstream_on", UpstreamCondition.SUCCESS), UpstreamCondition
+        ),
     )
 
 
@@ -353,6 +408,8 @@ def _first_fire(
     if spec.max_runs is not None and runs_done >= spec.max_runs:
         return ended
     schedule = schedules.parse_schedule(spec.schedule, spec.timezone)
+    if schedule.manual:  # no slot of its own: it runs when triggered
+        return ended
     engines = _engines(calendars)
     try:
         slot = schedules.first_slot(schedule, now, start_at=spec.start_at, calendars=engines)
@@ -413,6 +470,159 @@ def _role(role: object) -> Role:
     return Role(role)
 
 
+# -- the audit trail of the library's and the CLI's writes -----------------------------
+
+#: The longest actor (who makes a client's changes; ``ql_audit.token_name``).
+MAX_ACTOR_CHARS = 64
+#: Most bytes (as JSON) kept in an audit entry of what a write was given (a job's
+#: fields, a change, a calendar); beyond, its size and head. The API keeps as much of a
+#: request body (``quartzlite.api.auth.AUDIT_BODY_BYTES``).
+AUDIT_BODY_BYTES = 2048
+#: Most bytes of the details (JSON) of one library or CLI entry: beyond, the given
+#: fields and names are left out (``quartzlite.api.auth.AUDIT_ENTRY_BYTES``).
+AUDIT_ENTRY_BYTES = 4096
+#: Most job names listed in the entry of a bulk write (``jobs.add``); the rest counted.
+AUDIT_NAMES = 20
+#: The refusals that are recorded (the caller's mistakes, as the API's 4xx). Other
+#: failures (the database away: the write's outcome may be unknown and the entry could
+#: not be written either) record nothing.
+AUDIT_REFUSALS: tuple[type[QuartzliteError], ...] = (ValidationError, Conflict, NotFound)
+#: How long the entry of a refused write is retried while the database fails (s): the
+#: refusal (often found before the database was asked) is not held up for long.
+REFUSAL_AUDIT_DEADLINE_S = 1.0
+
+
+def default_actor() -> str:
+    """``user@host``: this process's operating-system user and the host's name; what
+    the CLI records, and the library when it is given no actor."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no login name and no passwd entry (a container)
+        user = f"uid{os.getuid()}" if hasattr(os, "getuid") else "unknown"
+    try:
+        host = socket.gethostname()
+    except OSError:
+        host = ""
+    actor = "".join(c if c.isprintable() else "?" for c in f"{user}@{host or 'localhost'}")
+    return actor.strip()[:MAX_ACTOR_CHARS] or "unknown"
+
+
+def validate_actor(actor: object) -> str:
+    """Who makes a client's changes: 1-64 printable characters, not all blank."""
+    if not isinstance(actor, str):
+        raise ValidationError("actor", f"must be a string naming who makes the changes, "
+                                       f"not {type_name(actor)}")
+    if not actor.strip() or len(actor) > MAX_ACTOR_CHARS or not actor.isprintable():
+        raise ValidationError(
+            "actor", f"must be 1-{MAX_ACTOR_CHARS} printable characters naming who makes the "
+            f"changes (e.g. 'billing-service'), got {clip(actor, MAX_ACTOR_CHARS)!r}",
+        )
+    return actor
+
+
+def _source(source: object) -> AuditSource:
+    if isinstance(source, AuditSource):
+        return source
+    if not isinstance(source, str) or source not in {s.value for s in AuditSource}:
+        raise ValidationError(
+            "source", f"must be one of {', '.join(s.value for s in AuditSource)}, got {source!r}"
+        )
+    return AuditSource(source)
+
+
+def _json_ready(value: object) -> Any:
+    """``value`` as JSON would give it back (tuples as lists, instants as text)."""
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError, RecursionError):
+        return {"unrecorded": type_name(value)}
+
+
+def _given(data: object) -> dict[str, Any]:
+    """What an audit entry keeps of a write's input: bounded, secrets masked."""
+    if isinstance(data, JobSpec):
+        data = codec.spec_to_dict(data)
+    elif isinstance(data, Calendar):
+        data = codec.calendar_to_dict(data)
+    return bounded(_json_ready(data), AUDIT_BODY_BYTES)
+
+
+def _name_of(data: object) -> str | None:
+    """The name in a job's or a calendar's input, if any (for the audit entry)."""
+    name = getattr(data, "name", None) if isinstance(data, JobSpec | Calendar) else (
+        data.get("name") if isinstance(data, Mapping) else None
+    )
+    return name if isinstance(name, str) else None
+
+
+def _webhook_fields(data: object, *, create: bool) -> dict[str, Any]:
+    """A webhook subscription's input, checked: every key known, each value of its shape
+    (``job_prefix`` and ``tag``: null or empty for none)."""
+    if not isinstance(data, Mapping):
+        raise ValidationError("body", f"must be an object, not {type_name(data)}")
+    allowed = SchedulerClient.WEBHOOK_FIELDS if create else SchedulerClient.WEBHOOK_FIELDS[1:]
+    for key in data:
+        if key not in allowed:
+            raise ValidationError(str(key)[:40], f"unknown field (allowed: {', '.join(allowed)})")
+    if create:
+        for key in ("name", "url", "events"):
+            if data.get(key) is None:
+                raise ValidationError(key, "is required")
+    elif not data:
+        raise ValidationError("body", "give at least one field to change")
+    found: dict[str, Any] = {}
+    if "name" in data:
+        found["name"] = validate_name(data["name"])
+    if "url" in data:
+        found["url"] = validate_url(data["url"])
+    if "events" in data:
+        found["events"] = validate_events(data["events"])
+    if "job_prefix" in data:
+        prefix = data["job_prefix"]
+        if prefix is not None and not isinstance(prefix, str):
+            raise ValidationError("job_prefix", f"must be a string or null, not {type_name(prefix)}")
+        if prefix and not NAME_RE.fullmatch(prefix):
+            raise ValidationError("job_prefix", "must be the start of a job name (1-128 letters, "
+                                  "digits, '.', '_' or '-', starting with a letter or digit)")
+        found["job_prefix"] = prefix or None
+    if "tag" in data:
+        tag = data["tag"]
+        if tag is not None and not isinstance(tag, str):
+            raise ValidationError("tag", f"must be a string or null, not {type_name(tag)}")
+        if tag and not TAG_RE.fullmatch(tag):
+            raise ValidationError("tag", "must be a tag (1-32 lower-case letters, digits, '_', "
+                                  "'.' or '-', starting with a letter or digit)")
+        found["tag"] = tag or None
+    if "enabled" in data:
+        if not isinstance(data["enabled"], bool):
+            raise ValidationError("enabled", f"must be a boolean, not {type_name(data['enabled'])}")
+        found["enabled"] = data["enabled"]
+    return found
+
+
+def _short(value: object) -> Any:
+    """A name or a duration for an audit entry: text cut to 128 characters."""
+    return redact(clip(value, 128)) if isinstance(value, str) else _json_ready(value)
+
+
+def _token_name(name: object) -> Any:
+    """A token's name for an audit entry: masked when it is a secret given by mistake."""
+    return MASK if isinstance(name, str) and auth.looks_like_secret(name) else _short(name)
+
+
+def _token_details(name: object, role: object) -> dict[str, Any]:
+    """A token write's entry: its name and role; never a secret."""
+    return {"name": _token_name(name), "role": _short(role)}
+
+
+def _names(items: Sequence[object]) -> dict[str, Any]:
+    names = [clip(n, 128) for n in map(_name_of, items[:AUDIT_NAMES]) if n is not None]
+    found: dict[str, Any] = {"count": len(items), "names": names}
+    if len(items) > AUDIT_NAMES:
+        found["names_more"] = len(items) - AUDIT_NAMES
+    return found
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobView:
     """A job with what an operator wants next to it."""
@@ -420,14 +630,60 @@ class JobView:
     job: Job
     upcoming: list[datetime]
     last_run: Run | None
+    #: The live jobs that name this one upstream (its runs' ends trigger them).
+    downstream: tuple[str, ...] = ()
 
 
 class SchedulerClient:
-    """Management API. Build it with a database URL (or a :class:`Database`)."""
+    """Management API. Build it with a database URL (or a :class:`Database`).
 
-    def __init__(self, database: str | Database) -> None:
+    Every change it makes is recorded in the audit trail (``ql_audit``, the HTTP API's
+    too), with who made it: ``actor`` (1-64 printable characters, e.g.
+    ``"billing-service"``; by default ``user@host``, this process's operating-system user
+    and host) and ``source`` (``library``; the CLI's client says ``cli``). The entry is
+    written after the change, in its own transaction, with what the write was given
+    (bounded, secret shapes masked: :mod:`quartzlite.redact`; a token's secret never)
+    and what it did. A refused write (:class:`ValidationError`, :class:`Conflict`,
+    :class:`NotFound`) is recorded too, with its error code (``details.error``, as the
+    API's), then raised; other failures (the database away) record nothing. When the
+    entry cannot be written (the database fails just then; a refusal's entry is retried
+    for :data:`REFUSAL_AUDIT_DEADLINE_S` only), the change stands: the failure is logged
+    as an error, not raised (the API's rule too).
+
+    ``audit=False``: the client records nothing; its caller audits. The HTTP API's app
+    works that way (:func:`quartzlite.api.create_app` takes any client and serves it
+    through :meth:`auditing` ``(source="api", audit=False)``, then records each request
+    once, with its token's name).
+    """
+
+    def __init__(
+        self,
+        database: str | Database,
+        *,
+        actor: str | None = None,
+        source: AuditSource | str = AuditSource.LIBRARY,
+        audit: bool = True,
+    ) -> None:
+        self.actor = default_actor() if actor is None else validate_actor(actor)
+        self.source = _source(source)
+        if not isinstance(audit, bool):
+            raise ValidationError("audit", f"must be a boolean, not {type_name(audit)}")
+        self.audit = audit
         self.db = database if isinstance(database, Database) else Database(database)
         self.store = JobStore(self.db)
+
+    def auditing(
+        self,
+        *,
+        actor: str | None = None,
+        source: AuditSource | str = AuditSource.LIBRARY,
+        audit: bool = True,
+    ) -> SchedulerClient:
+        """A client over the same database (the same connection pool: closing either
+        closes it) that audits as ``actor`` and ``source``, or not at all (``audit=False``)."""
+        other = SchedulerClient(self.db, actor=actor, source=source, audit=audit)
+        other.store = self.store
+        return other
 
     def close(self) -> None:
         self.db.dispose()
@@ -438,14 +694,65 @@ class SchedulerClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    # -- the audit trail of this client's writes ----------------------------------------
+
+    def _audited(
+        self,
+        action: str,
+        write: Callable[[], T],
+        *,
+        job: str | None = None,
+        details: Callable[[], Mapping[str, Any]] | None = None,
+        outcome: Callable[[T], Mapping[str, Any]] | None = None,
+    ) -> T:
+        """``write()``, recorded (or its refusal) as ``action`` by this client's actor:
+        ``details()`` (what it was given) and ``outcome(result)`` (what it did)."""
+        if not self.audit:
+            return write()
+        given = {} if details is None else dict(details())
+        try:
+            result = write()
+        except AUDIT_REFUSALS as error:
+            self._record(action, job, {**given, "error": error.code}, refused=True)
+            raise
+        self._record(action, job, {**given, **(outcome(result) if outcome else {})})
+        return result
+
+    def _record(
+        self, action: str, job: str | None, details: dict[str, Any], *, refused: bool = False
+    ) -> None:
+        if len(json.dumps(details, default=str).encode()) > AUDIT_ENTRY_BYTES:
+            for key in ("body", "body_head", "names", "params", "params_head"):
+                details.pop(key, None)
+        try:
+            self.record_audit(
+                token_name=self.actor, action=action, job_name=job, details=details,
+                retry=RetryPolicy(deadline_s=REFUSAL_AUDIT_DEADLINE_S) if refused else None,
+            )
+        except QuartzliteError as error:
+            log.error(
+                "could not record the audit entry of %s by %s: %s", action, self.actor,
+                error.message, extra={"action": "audit_failed", "actor": self.actor},
+            )
+
     # -- jobs --------------------------------------------------------------------
 
     def add_job(self, data: Mapping[str, Any] | JobSpec) -> Job:
         """Create a job; :class:`Conflict` when the name exists."""
-        return self.store.add(self._spec(data), first_fire)
+        return self._audited(
+            "job.add", lambda: self.store.add(self._spec(data), first_fire),
+            job=_name_of(data), details=lambda: _given(data),
+        )
 
     def add_jobs(self, items: Sequence[Mapping[str, Any] | JobSpec]) -> int:
-        """Create many jobs in one transaction (the bulk path); all or nothing."""
+        """Create many jobs in one transaction (the bulk path); all or nothing. Its audit
+        entry (``jobs.add``) has the count and the first :data:`AUDIT_NAMES` names."""
+        items = list(items)
+        return self._audited(
+            "jobs.add", lambda: self._add_jobs(items), details=lambda: _names(items)
+        )
+
+    def _add_jobs(self, items: Sequence[Mapping[str, Any] | JobSpec]) -> int:
         specs = []
         positions: dict[str, int] = {}
         for index, item in enumerate(items):
@@ -482,13 +789,25 @@ class SchedulerClient:
 
     def put_job(self, data: Mapping[str, Any] | JobSpec) -> tuple[Job, bool]:
         """Create or replace by name (idempotent). Returns (job, changed)."""
-        return self.store.upsert(self._spec(data), first_fire)
+        return self._audited(
+            "job.put", lambda: self.store.upsert(self._spec(data), first_fire),
+            job=_name_of(data), details=lambda: _given(data), outcome=lambda r: {"changed": r[1]},
+        )
 
     def update_job(self, name: str, changes: Mapping[str, Any]) -> Job:
         """Change some fields of a job; the rest stay."""
-        validate_name(name)
-        job, _ = self.store.update(name, lambda spec: build_spec(changes, base=spec), first_fire)
-        return job
+
+        def write() -> Job:
+            validate_name(name)
+            job, _ = self.store.update(
+                name, lambda spec: build_spec(changes, base=spec), first_fire
+            )
+            return job
+
+        return self._audited(
+            "job.update", write, job=name if isinstance(name, str) else None,
+            details=lambda: _given(changes),
+        )
 
     def get_job(self, name: str) -> Job:
         return self.store.get(validate_name(name))
@@ -516,7 +835,9 @@ class SchedulerClient:
                 times.extend(schedules.jittered(spec.name, s, spec.jitter_s) for s in slots)
             except (ValidationError, schedules.ExclusionError):
                 pass
-        return JobView(job=job, upcoming=times[:upcoming], last_run=last_run)
+        downstream = () if job.deleted else tuple(self.store.downstream(job.name))
+        return JobView(job=job, upcoming=times[:upcoming], last_run=last_run,
+                       downstream=downstream)
 
     def list_jobs(
         self,
@@ -548,23 +869,43 @@ class SchedulerClient:
         """The status of each named job's newest run (jobs that never ran are left out)."""
         return self.store.last_statuses(names)
 
+    def _control(
+        self, verb: str, name: str, write: Callable[[str], Job],
+        details: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> Job:
+        """A write to one job by name (pause, resume, ...), audited as ``job.<verb>``."""
+        return self._audited(
+            f"job.{verb}", lambda: write(validate_name(name)),
+            job=name if isinstance(name, str) else None, details=details,
+        )
+
     def pause_job(self, name: str) -> Job:
-        return self.store.set_paused(validate_name(name), True, first_fire)
+        return self._control("pause", name, lambda n: self.store.set_paused(n, True, first_fire))
 
     def resume_job(self, name: str) -> Job:
         """Resume; a job whose schedule or bounds have no slot left is finished."""
-        return self.store.set_paused(validate_name(name), False, resumed_fire)
+        return self._control(
+            "resume", name, lambda n: self.store.set_paused(n, False, resumed_fire)
+        )
 
     def delete_job(self, name: str) -> Job:
-        return self.store.delete(validate_name(name))
+        return self._control("delete", name, self.store.delete)
 
-    def trigger_job(self, name: str) -> Job:
-        """Run now; :class:`Conflict` while it runs or is paused."""
-        return self.store.trigger(validate_name(name))
+    def trigger_job(self, name: str, params: Mapping[str, Any] | None = None) -> Job:
+        """Run now; :class:`Conflict` while it runs or is paused. ``params`` (see
+        :func:`~quartzlite.validation.validate_params`) go with the slot: merged over a
+        callable's kwargs, exported to a shell command as ``QUARTZLITE_PARAM_<NAME>``,
+        recorded on every attempt's run."""
+        return self._control(
+            "trigger", name, lambda n: self.store.trigger(n, validate_params(params)),
+            lambda: {} if params is None else bounded(
+                _json_ready(params), AUDIT_BODY_BYTES, key="params"
+            ),
+        )
 
     def kill_job(self, name: str) -> Job:
         """Ask the owning node to kill the running run; :class:`Conflict` if none runs."""
-        return self.store.request_kill(validate_name(name))
+        return self._control("kill", name, self.store.request_kill)
 
     # -- runs, cluster, schedules ------------------------------------------------
 
@@ -601,6 +942,13 @@ class SchedulerClient:
         duration such as ``"30d"``), and deleted jobs with no runs left. Running runs
         and live jobs are never touched. Nodes do this themselves every hour when
         ``history_retention_s`` is set."""
+        return self._audited(
+            "history.prune", lambda: self._prune_history(older_than),
+            details=lambda: {"older_than": _short(older_than)},
+            outcome=lambda p: {"runs": p.runs, "jobs": p.jobs, "before": p.before.isoformat()},
+        )
+
+    def _prune_history(self, older_than: float | str) -> Pruned:
         if isinstance(older_than, str):
             try:
                 seconds = schedules.parse_duration(older_than).total_seconds()
@@ -640,14 +988,24 @@ class SchedulerClient:
 
     def add_calendar(self, data: Mapping[str, Any] | Calendar) -> Calendar:
         """Create a calendar; :class:`Conflict` when the name exists."""
-        return CalendarStore(self.db).add(self._calendar(data))
+        return self._audited(
+            "calendar.add", lambda: CalendarStore(self.db).add(self._calendar(data)),
+            details=lambda: {"name": _name_of(data), **_given(data)},
+        )
 
     def put_calendar(self, data: Mapping[str, Any] | Calendar) -> tuple[Calendar, bool]:
         """Create or replace a calendar by name (idempotent): (calendar, changed).
         Replacing plans no job anew: the nodes use the new rules from their next plan
         of each job that names it (within about a poll interval)."""
-        stored, changed, _ = CalendarStore(self.db).upsert(self._calendar(data))
-        return stored, changed
+
+        def write() -> tuple[Calendar, bool]:
+            stored, changed, _ = CalendarStore(self.db).upsert(self._calendar(data))
+            return stored, changed
+
+        return self._audited(
+            "calendar.put", write, details=lambda: {"name": _name_of(data), **_given(data)},
+            outcome=lambda r: {"changed": r[1]},
+        )
 
     def get_calendar(self, name: str) -> Calendar:
         return CalendarStore(self.db).get(validate_name(name))
@@ -658,7 +1016,10 @@ class SchedulerClient:
 
     def delete_calendar(self, name: str) -> Calendar:
         """Delete a calendar; :class:`Conflict` naming the jobs that use it."""
-        return CalendarStore(self.db).delete(validate_name(name))
+        return self._audited(
+            "calendar.delete", lambda: CalendarStore(self.db).delete(validate_name(name)),
+            details=lambda: {"name": _short(name)},
+        )
 
     @staticmethod
     def _calendar(data: Mapping[str, Any] | Calendar) -> Calendar:
@@ -676,24 +1037,35 @@ class SchedulerClient:
 
     def create_token(self, name: str, role: Role | str) -> tuple[Token, str]:
         """Create an API token; returns it with its secret, which is stored hashed and
-        cannot be shown again. :class:`Conflict` when the name is taken."""
-        name = validate_token_name(name)
-        secret = auth.new_secret()
-        created = TokenStore(self.db).create(
-            name=name, role=_role(role), token_hash=auth.hash_secret(secret)
-        )
-        assert created is not None
-        return created, secret
+        cannot be shown again. :class:`Conflict` when the name is taken. Its audit entry
+        (``token.create``) has the name and the role, never the secret."""
+
+        def write() -> tuple[Token, str]:
+            secret = auth.new_secret()
+            created = TokenStore(self.db).create(
+                name=validate_token_name(name), role=_role(role), token_hash=auth.hash_secret(secret)
+            )
+            assert created is not None
+            return created, secret
+
+        return self._audited("token.create", write, details=lambda: _token_details(name, role))
 
     def ensure_token(self, name: str, role: Role | str = Role.ADMIN) -> tuple[Token, str] | None:
         """Create a token only when none exists (``make run``'s first start); None when
-        one exists already."""
-        name = validate_token_name(name)
-        secret = auth.new_secret()
-        created = TokenStore(self.db).create(
-            name=name, role=_role(role), token_hash=auth.hash_secret(secret), only_if_none=True
+        one exists already. Audited as ``token.ensure`` (``created``: whether it did)."""
+
+        def write() -> tuple[Token, str] | None:
+            secret = auth.new_secret()
+            created = TokenStore(self.db).create(
+                name=validate_token_name(name), role=_role(role),
+                token_hash=auth.hash_secret(secret), only_if_none=True,
+            )
+            return None if created is None else (created, secret)
+
+        return self._audited(
+            "token.ensure", write, details=lambda: _token_details(name, role),
+            outcome=lambda r: {"created": r is not None},
         )
-        return None if created is None else (created, secret)
 
     def list_tokens(self) -> list[Token]:
         return TokenStore(self.db).list()
@@ -703,7 +1075,10 @@ class SchedulerClient:
 
     def revoke_token(self, name: str) -> Token:
         """Delete a token; requests carrying it are refused from now on."""
-        return TokenStore(self.db).revoke(validate_token_name(name))
+        return self._audited(
+            "token.revoke", lambda: TokenStore(self.db).revoke(validate_token_name(name)),
+            details=lambda: {"name": _token_name(name)},
+        )
 
     def authenticate(self, secret: str | None) -> Token:
         """The token a secret belongs to; :class:`AuthError` when missing or unknown."""
@@ -764,8 +1139,13 @@ class SchedulerClient:
         job_name: str | None = None,
         client_address: str | None = None,
         details: Mapping[str, Any] | None = None,
+        source: AuditSource | str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> AuditEntry:
-        """Append an entry to the audit trail (``details``: JSON-ready; cut when huge)."""
+        """Append an entry to the audit trail (``details``: JSON-ready; cut when huge).
+        ``token_name`` is who (a token's name, or an actor); ``source``: this client's
+        when None; ``retry``: while the database fails (default: 10 s). Recorded whether
+        or not this client audits its own writes."""
         encoded = json.dumps(dict(details or {}), sort_keys=True, default=str)
         if len(encoded.encode()) > MAX_AUDIT_DETAILS_BYTES:
             encoded = json.dumps({"truncated": True, "bytes": len(encoded.encode())})
@@ -775,6 +1155,8 @@ class SchedulerClient:
             job_name=None if job_name is None else job_name[:128],
             client_address=None if client_address is None else client_address[:64],
             details=encoded,
+            source=self.source if source is None else _source(source),
+            retry=retry,
         )
 
     def list_audit(
@@ -785,11 +1167,85 @@ class SchedulerClient:
         since: datetime | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        source: AuditSource | str | None = None,
     ) -> Page[AuditEntry]:
-        """The audit trail, newest first."""
+        """The audit trail, newest first; ``token``: who (a token's name, or the actor of
+        a CLI or library entry); ``source``: api, ui, cli or library."""
         since = None if since is None else schedules.check_instant("since", since)
         return AuditStore(self.db).list(
-            job=job, token=token, since=since, limit=_limit(limit), cursor=cursor
+            job=job, token=token, since=since, limit=_limit(limit), cursor=cursor,
+            source=None if source is None else _source(source),
+        )
+
+    # -- webhooks ----------------------------------------------------------------
+
+    #: The fields of a webhook subscription a user writes.
+    WEBHOOK_FIELDS = ("name", "url", "events", "job_prefix", "tag", "enabled")
+
+    def add_webhook(self, data: Mapping[str, Any]) -> tuple[Webhook, str]:
+        """Create a webhook subscription (``name``, ``url``, ``events``; optional
+        ``job_prefix``, ``tag``, ``enabled``): (the subscription, its signing secret).
+        The secret is shown this once (the database keeps it to sign deliveries; no
+        read returns it). :class:`Conflict` when the name is taken."""
+
+        def write() -> tuple[Webhook, str]:
+            fields_ = _webhook_fields(data, create=True)
+            secret = new_webhook_secret()
+            created = WebhookStore(self.db).create(
+                name=fields_["name"], url=fields_["url"], events_=fields_["events"],
+                job_prefix=fields_.get("job_prefix"), tag=fields_.get("tag"),
+                enabled=fields_.get("enabled", True), secret=secret,
+            )
+            return created, secret
+
+        return self._audited("webhook.add", write, details=lambda: _given(data))
+
+    def list_webhooks(self) -> list[Webhook]:
+        """Every webhook subscription, by name."""
+        return WebhookStore(self.db).list()
+
+    def get_webhook(self, name: str) -> Webhook:
+        return WebhookStore(self.db).get(validate_name(name))
+
+    def update_webhook(self, name: str, changes: Mapping[str, Any]) -> Webhook:
+        """Change ``url``, ``events``, ``job_prefix``, ``tag`` (null: no filter) or
+        ``enabled``. A disabled subscription gets no events; its pending deliveries
+        wait and go out once it is enabled again."""
+        return self._audited(
+            "webhook.update",
+            lambda: WebhookStore(self.db).update(
+                validate_name(name), _webhook_fields(changes, create=False)),
+            details=lambda: {"name": _short(name), **_given(changes)},
+        )
+
+    def delete_webhook(self, name: str) -> Webhook:
+        """Delete a subscription and its delivery log."""
+        return self._audited(
+            "webhook.delete", lambda: WebhookStore(self.db).delete(validate_name(name)),
+            details=lambda: {"name": _short(name)},
+        )
+
+    def list_deliveries(
+        self, name: str, *, status: DeliveryStatus | str | None = None, limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Delivery]:
+        """A subscription's delivery log, newest event first: status, attempts, the
+        last status code and error, the next attempt."""
+        wanted = None
+        if status is not None:
+            if not isinstance(status, str) or status not in {s.value for s in DeliveryStatus}:
+                raise ValidationError("status", "must be one of "
+                                      + ", ".join(s.value for s in DeliveryStatus))
+            wanted = DeliveryStatus(status)
+        return WebhookStore(self.db).deliveries(
+            validate_name(name), status=wanted, limit=_limit(limit), cursor=cursor)
+
+    def test_webhook(self, name: str) -> Delivery:
+        """Send a ``webhook.test`` event to this subscription alone (a node delivers it
+        like any other); :class:`Conflict` when it is disabled."""
+        return self._audited(
+            "webhook.test", lambda: WebhookStore(self.db).test(validate_name(name)),
+            details=lambda: {"name": _short(name)},
         )
 
     @staticmethod
@@ -800,6 +1256,6 @@ class SchedulerClient:
 
 
 __all__ = [
-    "MAX_JITTER_S", "MAX_JOB_CALENDARS", "MAX_RUNS", "JobView", "SchedulerClient", "build_calendar",
-    "build_spec", "first_fire", "preview_schedule",
+    "MAX_JITTER_S", "MAX_JOB_CALENDARS", "MAX_RUNS", "MAX_UPSTREAM", "JobView", "SchedulerClient",
+    "build_calendar", "build_spec", "first_fire", "preview_schedule", "validate_upstream",
 ]

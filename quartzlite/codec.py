@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from quartzlite.models import Calendar, CalendarRules, Job, JobSpec, Run, Session
+from quartzlite.enums import RunStatus
+from quartzlite.models import (
+    Calendar,
+    CalendarRules,
+    Delivery,
+    Job,
+    JobSpec,
+    Run,
+    Session,
+    Webhook,
+)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -37,6 +47,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "description": spec.description,
         "paused": spec.paused,
         "calendars": list(spec.calendars),
+        "upstream": list(spec.upstream),
+        "upstream_on": spec.upstream_on.value,
     }
 
 
@@ -104,9 +116,13 @@ def run_to_dict(run: Run, *, output: bool = True) -> dict[str, Any]:
         "status": run.status.value,
         "exit_code": run.exit_code,
         "error": run.error,
+        "params": run.params,
+        "upstream_run_id": run.upstream_run_id,
     }
     if output:
         data["output"] = run.output
+        # Still running: the output so far (its node writes it as it comes).
+        data["output_live"] = run.status is RunStatus.RUNNING
     return data
 
 
@@ -123,4 +139,37 @@ def session_to_dict(session: Session) -> dict[str, Any]:
         "version": session.version,
         "running_jobs": list(session.running_jobs),
         "db_member": session.db_member,
+    }
+
+
+def webhook_to_dict(webhook: Webhook) -> dict[str, Any]:
+    """A webhook subscription (never its secret)."""
+    return {
+        "name": webhook.name,
+        "url": webhook.url,
+        "events": [e.value for e in webhook.events],
+        "job_prefix": webhook.job_prefix,
+        "tag": webhook.tag,
+        "enabled": webhook.enabled,
+        "created_at": iso(webhook.created_at),
+    }
+
+
+def delivery_to_dict(delivery: Delivery) -> dict[str, Any]:
+    """One entry of a webhook's delivery log."""
+    return {
+        "id": delivery.id,
+        "webhook": delivery.webhook,
+        "event": delivery.event.value,
+        "event_id": delivery.event_id,
+        "occurred_at": iso(delivery.occurred_at),
+        "job": delivery.job_name,
+        "run_id": delivery.run_id,
+        "status": delivery.status.value,
+        "attempts": delivery.attempts,
+        "next_attempt_at": iso(delivery.next_attempt_at),
+        "last_status_code": delivery.last_status_code,
+        "last_error": delivery.last_error,
+        "delivered_at": iso(delivery.delivered_at),
+        "created_at": iso(delivery.created_at),
     }

@@ -159,6 +159,13 @@ class NodeConfig:
     result_batch: int = 200
     #: Most bytes of output kept per run (the tail). Default 65536.
     output_limit_bytes: int = 65536
+    #: Seconds between two writes of running shell runs' output so far to their run
+    #: rows (the same tail as the final output, at most ``output_limit_bytes``): the API
+    #: and the dashboard show it while the run runs, and a run abandoned by a node that
+    #: died keeps what was written. One UPDATE per interval for all runs that printed
+    #: something since the last (none when none did). 0 disables it (output appears
+    #: when the run ends). Default 1.0.
+    live_output_interval_s: float = 1.0
     #: Seconds of run history kept: a minute after start and then every hour the node
     #: deletes finished runs planned longer ago than this, and deleted jobs with no runs
     #: left (``quartzlite history prune`` does the same on demand). 0 keeps everything.
@@ -167,6 +174,16 @@ class NodeConfig:
     #: Seconds of API audit trail kept: pruned with the run history (a minute after
     #: start, then hourly). 0 keeps everything. Default 7776000 (90 days).
     audit_retention_s: float = 90 * 86400.0
+    #: Seconds a webhook delivery attempt may take (connect, send, each read of the
+    #: answer); past it the attempt failed and is retried. Default 10.
+    webhook_timeout_s: float = 10.0
+    #: Attempts of one webhook delivery before it is given up (status failed); retries
+    #: wait 1 s, 2 s, 4 s ... up to 10 minutes in between. Default 12 (about an hour).
+    webhook_max_attempts: int = 12
+    #: Webhook deliveries this node attempts at once (each a thread): a slow or dead
+    #: receiver holds one place, never the scheduler. 0 stops this node delivering
+    #: (others still do). Default 4.
+    webhook_concurrency: int = 4
     #: When fenced, wait for the database and join again under a new session
     #: instead of exiting non-zero. Default False.
     rejoin: bool = False
@@ -214,8 +231,17 @@ class NodeConfig:
             raise ValidationError("lock_wait_timeout_s", "must be between 1 and 60")
         if not 1 <= self.result_batch <= 10_000:
             raise ValidationError("result_batch", "must be between 1 and 10000")
+        if not 0.1 <= self.webhook_timeout_s <= 300:
+            raise ValidationError("webhook_timeout_s", "must be between 0.1 and 300")
+        if not 1 <= self.webhook_max_attempts <= 100:
+            raise ValidationError("webhook_max_attempts", "must be between 1 and 100")
+        if not 0 <= self.webhook_concurrency <= 64:
+            raise ValidationError("webhook_concurrency", "must be between 0 and 64")
         if not 1024 <= self.output_limit_bytes <= 16 * 1024 * 1024:
             raise ValidationError("output_limit_bytes", "must be between 1024 and 16777216")
+        if self.live_output_interval_s != 0 and not 0.1 <= self.live_output_interval_s <= 3600:
+            raise ValidationError("live_output_interval_s",
+                                  "must be 0 (off) or between 0.1 and 3600")
         if self.poll_interval_s * 2 > self.session_timeout_s:
             raise ValidationError("poll_interval_s", "must be at most half of session_timeout_s")
         if self.heartbeat_interval_s * 2 > self.fence_after_s:

@@ -12,10 +12,13 @@ to the node's guard (see :func:`_gated`), so bash may be started well ahead of t
 on one thread). bash is reaped only after its handle has let go of the
 group id, so a late kill can never signal a group id reused by another process. The
 command sees the node's environment without its ``QUARTZLITE_*`` settings (see
-:func:`job_environment`).
+:func:`job_environment`), and its trigger parameters as ``QUARTZLITE_PARAM_<NAME>``
+(:func:`params_environment`). Its output so far can be read from any thread while it
+runs (:meth:`ShellRun.output_since`): the node writes it to the run's row.
 
 Python callables (``package.module:function``) run on the calling worker thread with
-their JSON keyword arguments; :func:`current_run` tells them which run they are. A
+their JSON keyword arguments (the job's kwargs, with the trigger's parameters over
+them); :func:`current_run` tells them which run they are (and its ``params``). A
 thread cannot be killed: on timeout or kill the node records the run at once (whoever
 :meth:`RunHandle.claim`\ s a run first records its one outcome) and sets the callable's
 :attr:`RunContext.cancelled` event, so a cooperative callable stops.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import contextvars
 import fcntl
 import importlib
+import json
 import logging
 import os
 import secrets
@@ -58,6 +62,9 @@ class RunContext:
     slot_at: datetime
     attempt: int
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: The parameters the slot was triggered with ({}: none); the callable got them
+    #: merged over the job's kwargs already.
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
@@ -158,6 +165,26 @@ def job_environment(extra: Mapping[str, str]) -> dict[str, str]:
     return {**inherited, **extra}
 
 
+#: The prefix of the environment variables that carry a shell run's parameters.
+PARAM_PREFIX = "QUARTZLITE_PARAM_"
+
+
+def params_environment(params: Mapping[str, Any] | None) -> dict[str, str]:
+    """A run's trigger parameters as environment variables: ``QUARTZLITE_PARAM_<NAME>``
+    (the name upper-cased); a string as it is, null as the empty string, anything else
+    (numbers, booleans) in its JSON spelling (``true``, ``3``, ``1.5``)."""
+    found: dict[str, str] = {}
+    for key, value in (params or {}).items():
+        if isinstance(value, str):
+            text = value
+        elif value is None:
+            text = ""
+        else:
+            text = json.dumps(value)
+        found[PARAM_PREFIX + key.upper()] = text
+    return found
+
+
 class _Tail:
     """The last ``limit`` bytes of a stream."""
 
@@ -183,9 +210,14 @@ class _Tail:
                 self.dropped += excess
 
     def text(self) -> str:
-        body = b"".join(self.chunks).decode("utf-8", errors="replace")
-        if self.dropped:
-            return f"[... {self.dropped} earlier bytes dropped ...]\n{body}"
+        return self.render(b"".join(self.chunks), self.dropped)
+
+    @staticmethod
+    def render(data: bytes, dropped: int) -> str:
+        """The tail as text: ``data`` (its bytes) after ``dropped`` earlier bytes."""
+        body = data.decode("utf-8", errors="replace")
+        if dropped:
+            return f"[... {dropped} earlier bytes dropped ...]\n{body}"
         return body
 
 
@@ -384,6 +416,11 @@ class ShellRun:
         self.timeout_s = timeout_s
         self.kill_grace_s = kill_grace_s
         self.tail = _Tail(output_limit)
+        #: Bytes of output received so far (the tail keeps the last ``output_limit``);
+        #: both guarded by ``_output_lock`` for readers on other threads
+        #: (:meth:`output_since`).
+        self.received = 0
+        self._output_lock = threading.Lock()
         self.out_fd: int | None = proc.stdout.fileno()
         # bash's exit is watched through a pidfd beside the pipe: the run ends the moment
         # bash does (a pipe closed a moment before bash is reapable cost a 50 ms nap).
@@ -416,9 +453,22 @@ class ShellRun:
                 self.began = True
                 data = data.removeprefix(BEGAN)
             if data:
-                self.tail.add(data)
+                with self._output_lock:
+                    self.tail.add(data)
+                    self.received += len(data)
         elif fd == self.exit_fd:
             self.exit_seen = True
+
+    def output_since(self, seen: int) -> tuple[int, str] | None:
+        """The output tail so far, from any thread: (bytes received, the tail as text)
+        when more than ``seen`` bytes have been received, else None. The bytes are
+        copied under the lock and decoded outside it (the watching thread never waits
+        for a decode)."""
+        with self._output_lock:
+            if self.received == seen:
+                return None
+            received, data, dropped = self.received, b"".join(self.tail.chunks), self.tail.dropped
+        return received, _Tail.render(data, dropped)
 
     def check(self, now: float) -> float | None:
         """Act on a kill asked for and on the timeout; seconds until this run next

@@ -7,6 +7,9 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from quartzlite.enums import (
+    AuditSource,
+    DeliveryStatus,
+    EventType,
     JobState,
     MisfirePolicy,
     OverrunPolicy,
@@ -14,9 +17,14 @@ from quartzlite.enums import (
     Role,
     RunStatus,
     TargetKind,
+    UpstreamCondition,
 )
 
 T = TypeVar("T")
+
+#: The schedule of a job that has no slots of its own: it runs when triggered, by an
+#: operator or when one of its upstream jobs ends (``JobSpec.upstream``).
+MANUAL_SCHEDULE = "@manual"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,10 +69,21 @@ class JobSpec:
     #: Names of the exclusion calendars (:class:`Calendar`) whose excluded times the
     #: job's slots skip (sorted, without repeats).
     calendars: tuple[str, ...] = ()
+    #: Names of the jobs whose runs trigger this one (sorted, without repeats): when a
+    #: slot of one of them ends as ``upstream_on`` says, this job runs once for that
+    #: slot (its planned instant and slot are the upstream run's). A job with upstream
+    #: jobs has the schedule ``@manual``.
+    upstream: tuple[str, ...] = ()
+    upstream_on: UpstreamCondition = UpstreamCondition.SUCCESS
 
     @property
     def target_kind(self) -> TargetKind:
         return TargetKind.SHELL if self.command is not None else TargetKind.PYTHON
+
+    @property
+    def manual(self) -> bool:
+        """The schedule is ``@manual``: no slots of its own; it runs when triggered."""
+        return self.schedule.strip().lower() == MANUAL_SCHEDULE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,7 +146,12 @@ class Job:
     def finished(self) -> bool:
         """Idle, not paused, not deleted, and no next fire: its schedule has no slot
         left (a one-shot ``@at`` that fired), its ``end_at`` passed, or it ran
-        ``max_runs`` slots. Derived: the job's state stays ``idle``."""
+        ``max_runs`` slots. Derived: the job's state stays ``idle``. A ``@manual`` job
+        never has a next fire of its own: it is finished only once it ran ``max_runs``
+        slots."""
+        spec = self.spec
+        if spec.manual and (spec.max_runs is None or self.runs_done < spec.max_runs):
+            return False
         return (
             self.state is JobState.IDLE and not self.spec.paused and not self.deleted
             and self.next_fire_at is None
@@ -151,8 +175,16 @@ class Run:
     node: str | None
     status: RunStatus
     exit_code: int | None
+    #: The output tail: final once the run ended; while a shell run runs, what its node
+    #: has written so far (``NodeConfig.live_output_interval_s``).
     output: str
     error: str | None
+    #: The parameters the run's slot was triggered with (None: none); every attempt of
+    #: the slot has them.
+    params: dict[str, Any] | None = None
+    #: The run of an upstream job whose end triggered this run's slot (None: the slot
+    #: was not triggered by an upstream job); every attempt of the slot has it.
+    upstream_run_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,6 +222,10 @@ class Token:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditEntry:
+    """One change, or one refused attempt at one. ``token_name`` is who: the API token
+    (``source`` api or ui) or the client's actor (cli: ``user@host``; library: what the
+    program gave, ``user@host`` by default)."""
+
     id: int
     at: datetime
     token_name: str
@@ -197,6 +233,8 @@ class AuditEntry:
     job_name: str | None
     client_address: str | None
     details: dict[str, Any]
+    #: Which way the change came: the HTTP API, the dashboard, the CLI or the library.
+    source: AuditSource = AuditSource.API
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,6 +276,9 @@ class Fired:
     #: The database clock in the fire transaction (before the planned instant when the
     #: run was fired ahead of it).
     fired_at: datetime
+    #: The parameters the slot was triggered with (None: none): merged into a callable's
+    #: kwargs, exported to a shell run as ``QUARTZLITE_PARAM_<NAME>``.
+    params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,6 +313,8 @@ class Pruned:
     runs: int
     jobs: int
     before: datetime
+    #: Trigger requests (ql_requests) whose slot the job has left.
+    requests: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,3 +369,57 @@ class Overview:
     missed_count: int
     expired: list[ExpiredNode]
     activity: list[ActivityMinute]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Webhook:
+    """A webhook subscription: where to POST which events. Its secret (which signs every
+    delivery) is shown once, when it is created, and is not part of this value."""
+
+    id: int
+    name: str
+    url: str
+    events: tuple[EventType, ...]
+    #: Only events of jobs whose name starts with this (None: any job).
+    job_prefix: str | None
+    #: Only events of jobs having this tag (None: any job).
+    tag: str | None
+    enabled: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """One event's delivery to one subscription: the delivery log's entry. ``id`` is
+    the delivery id sent in ``X-Quartzlite-Delivery``, the same on every attempt."""
+
+    id: int
+    webhook: str
+    event_id: int
+    event: EventType
+    occurred_at: datetime
+    job_name: str | None
+    run_id: int | None
+    status: DeliveryStatus
+    #: Attempts started so far (an attempt whose node died counts).
+    attempts: int
+    #: When the next attempt is due (pending), or the claim of the one in flight ends.
+    next_attempt_at: datetime | None
+    last_status_code: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedDelivery:
+    """A delivery a node claimed for one attempt (number ``attempt``): what to POST
+    where, signed with ``secret``."""
+
+    id: int
+    attempt: int
+    url: str
+    secret: str
+    event: EventType
+    #: The JSON body, exactly as sent (and signed).
+    body: str

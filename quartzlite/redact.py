@@ -9,6 +9,7 @@ kept).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Any, Final
@@ -102,6 +103,19 @@ def redact_value(value: Any, max_chars: int | None = None) -> Any:
     return value
 
 
+def bounded(value: Any, max_bytes: int, *, key: str = "body") -> dict[str, Any]:
+    """What an audit entry keeps of ``value`` (JSON-like): ``{key: value}`` with every
+    string redacted and cut to ``max_bytes`` characters, when its JSON fits in
+    ``max_bytes`` bytes; else its size and the head of its JSON
+    (``{key_bytes: n, key_head: "..."}``, a quarter of ``max_bytes`` characters)."""
+    value = redact_value(value, max_bytes)
+    encoded = json.dumps(value, ensure_ascii=False, default=str)
+    size = len(encoded.encode(errors="surrogatepass"))
+    if size <= max_bytes:
+        return {key: value}
+    return {f"{key}_bytes": size, f"{key}_head": encoded[: max_bytes // 4]}
+
+
 def clip(text: str, max_chars: int | None) -> str:
     """``text`` cut to ``max_chars`` characters, with "..." when it was longer."""
     if max_chars is None or len(text) <= max_chars:
@@ -118,4 +132,4 @@ class SafeFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-__all__ = ["MASK", "SafeFormatter", "clip", "escape_controls", "redact", "redact_value"]
+__all__ = ["MASK", "SafeFormatter", "bounded", "clip", "escape_controls", "redact", "redact_value"]

@@ -5,7 +5,10 @@ reason."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from typing import Any
 
 from quartzlite.errors import ValidationError
 
@@ -18,7 +21,17 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 TAG_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,31}$"
 #: ``package.module:function`` (attributes allowed on both sides).
 CALLABLE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+#: The name of a trigger parameter (a Python identifier; a shell run sees it upper-cased
+#: as ``QUARTZLITE_PARAM_<NAME>``).
+PARAM_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 NAME_RE = re.compile(NAME_PATTERN.removeprefix("^").removesuffix("$"))
+PARAM_NAME_RE = re.compile(PARAM_NAME_PATTERN.removeprefix("^").removesuffix("$"))
+#: Most parameters of one trigger.
+MAX_PARAMS = 32
+#: Longest string value of a parameter (bytes of UTF-8).
+MAX_PARAM_STRING_BYTES = 4096
+#: Largest parameter object, encoded as stored (compact JSON, UTF-8).
+MAX_PARAMS_BYTES = 16384
 TAG_RE = re.compile(TAG_PATTERN.removeprefix("^").removesuffix("$"))
 CALLABLE_RE = re.compile(CALLABLE_PATTERN.removeprefix("^").removesuffix("$"))
 MAX_TAGS = 8
@@ -113,6 +126,53 @@ def validate_callable(target: str) -> str:
     return target
 
 
+def validate_params(value: object, field: str = "params") -> dict[str, Any]:
+    """Trigger parameters: a JSON object of at most :data:`MAX_PARAMS` entries, each named
+    like :data:`PARAM_NAME_PATTERN` (no two the same once upper-cased: a shell run sees
+    them as environment variables) with a scalar value: a string (at most
+    :data:`MAX_PARAM_STRING_BYTES` bytes, no NUL), a finite number, a boolean or null;
+    at most :data:`MAX_PARAMS_BYTES` bytes encoded. None is no parameters ({})."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(field, f"must be an object, not {type_name(value)}")
+    if len(value) > MAX_PARAMS:
+        raise ValidationError(field, f"at most {MAX_PARAMS} parameters, got {len(value)}")
+    upper: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not PARAM_NAME_RE.fullmatch(key):
+            shown = key[:70] if isinstance(key, str) else key
+            raise ValidationError(
+                field, f"parameter name {shown!r} must be a letter or '_' followed by at most "
+                "63 letters, digits or '_'",
+            )
+        where = f"{field}.{key}"
+        if key.upper() in upper:
+            raise ValidationError(
+                where, f"is {upper[key.upper()]!r} upper-cased: both would be the environment "
+                f"variable QUARTZLITE_PARAM_{key.upper()}",
+            )
+        upper[key.upper()] = key
+        if isinstance(item, str):
+            check_unicode(where, item)
+            if "\x00" in item:
+                raise ValidationError(where, "must not contain NUL characters")
+            size = len(item.encode())
+            if size > MAX_PARAM_STRING_BYTES:
+                raise ValidationError(
+                    where, f"must be at most {MAX_PARAM_STRING_BYTES} bytes in UTF-8, got {size}")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError(where, "must be a finite number")
+        elif item is not None and not isinstance(item, (bool, int, float)):
+            raise ValidationError(
+                where, f"must be a string, number, boolean or null, not {type_name(item)}")
+    size = len(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_PARAMS_BYTES:
+        raise ValidationError(field, f"must encode to at most {MAX_PARAMS_BYTES} bytes of JSON, "
+                                     f"got {size}")
+    return dict(value)
+
+
 def validate_token_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name) or len(name) > MAX_TOKEN_NAME:
         raise ValidationError(
@@ -123,6 +183,8 @@ def validate_token_name(name: object) -> str:
 
 
 __all__ = [
-    "CALLABLE_PATTERN", "MAX_TAGS", "NAME_PATTERN", "TAG_PATTERN", "check_unicode", "type_name",
-    "validate_callable", "validate_name", "validate_tags", "validate_text", "validate_token_name",
+    "CALLABLE_PATTERN", "MAX_PARAMS", "MAX_PARAMS_BYTES", "MAX_PARAM_STRING_BYTES", "MAX_TAGS",
+    "NAME_PATTERN", "PARAM_NAME_PATTERN", "TAG_PATTERN", "check_unicode", "type_name",
+    "validate_callable", "validate_name", "validate_params", "validate_tags", "validate_text",
+    "validate_token_name",
 ]

@@ -11,7 +11,7 @@
 -- then run this file in it (mysql quartzlite < sql/schema.sql). Every table states its
 -- engine and character set, so the database's defaults do not matter.
 --
--- The last statements record the schema revision (0009) in ql_alembic_version, so
+-- The last statements record the schema revision (0013) in ql_alembic_version, so
 -- that a later `quartzlite db upgrade` continues from here. The two rows of ql_locks are
 -- required: a node refuses to start without them.
 
@@ -82,12 +82,17 @@ CREATE TABLE ql_jobs (
     jitter_s DOUBLE NOT NULL DEFAULT 0,
     runs_done INTEGER NOT NULL DEFAULT 0,
     calendars VARCHAR(1040) NOT NULL DEFAULT '',
+    last_outcome VARCHAR(16),
+    upstream VARCHAR(1040) NOT NULL DEFAULT '',
+    upstream_on VARCHAR(16) NOT NULL DEFAULT 'success',
+    has_downstream BOOL NOT NULL DEFAULT 0,
     PRIMARY KEY (id),
     CONSTRAINT uq_ql_jobs_active_name UNIQUE (active_name)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 CREATE INDEX ix_ql_jobs_due ON ql_jobs (state, paused, deleted, next_fire_at);
 CREATE INDEX ix_ql_jobs_name ON ql_jobs (name);
 CREATE INDEX ix_ql_jobs_owner ON ql_jobs (owner_session, state);
+CREATE INDEX ix_ql_jobs_upstream ON ql_jobs (upstream(64));
 
 -- ql_runs
 CREATE TABLE ql_runs (
@@ -106,6 +111,8 @@ CREATE TABLE ql_runs (
     exit_code INTEGER,
     output MEDIUMTEXT,
     error TEXT,
+    params TEXT,
+    upstream_run_id BIGINT,
     PRIMARY KEY (id),
     CONSTRAINT uq_ql_runs_job_planned UNIQUE (job_id, planned_at)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
@@ -113,6 +120,23 @@ CREATE INDEX ix_ql_runs_job_name ON ql_runs (job_name, id);
 CREATE INDEX ix_ql_runs_planned ON ql_runs (planned_at, started_at);
 CREATE INDEX ix_ql_runs_session ON ql_runs (session_id, status);
 CREATE INDEX ix_ql_runs_status ON ql_runs (status, planned_at);
+
+-- ql_requests
+CREATE TABLE ql_requests (
+    id BIGINT NOT NULL AUTO_INCREMENT,
+    job_id BIGINT NOT NULL,
+    slot_at DATETIME(6) NOT NULL,
+    params TEXT,
+    cause VARCHAR(16) NOT NULL,
+    upstream_run_id BIGINT,
+    created_at DATETIME(6) NOT NULL,
+    planned_at DATETIME(6),
+    taken_at DATETIME(6),
+    PRIMARY KEY (id),
+    CONSTRAINT uq_ql_requests_job_slot UNIQUE (job_id, slot_at)
+) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+CREATE INDEX ix_ql_requests_created ON ql_requests (created_at);
+CREATE INDEX ix_ql_requests_pending ON ql_requests (taken_at, job_id, id);
 
 -- ql_calendars
 CREATE TABLE ql_calendars (
@@ -161,11 +185,64 @@ CREATE TABLE ql_audit (
     job_name VARCHAR(128),
     client_address VARCHAR(64),
     details TEXT NOT NULL,
+    source VARCHAR(16) NOT NULL DEFAULT 'api',
     PRIMARY KEY (id)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 CREATE INDEX ix_ql_audit_job_name ON ql_audit (job_name, id);
 CREATE INDEX ix_ql_audit_recorded ON ql_audit (recorded_at);
+CREATE INDEX ix_ql_audit_source ON ql_audit (source, id);
 CREATE INDEX ix_ql_audit_token_name ON ql_audit (token_name, id);
+
+-- ql_webhooks
+CREATE TABLE ql_webhooks (
+    id BIGINT NOT NULL AUTO_INCREMENT,
+    name VARCHAR(128) NOT NULL,
+    url VARCHAR(2048) NOT NULL,
+    events VARCHAR(255) NOT NULL,
+    job_prefix VARCHAR(128),
+    tag VARCHAR(32),
+    secret VARCHAR(64) NOT NULL,
+    enabled BOOL NOT NULL DEFAULT 1,
+    created_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (id),
+    CONSTRAINT uq_ql_webhooks_name UNIQUE (name)
+) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+
+-- ql_events
+CREATE TABLE ql_events (
+    id BIGINT NOT NULL AUTO_INCREMENT,
+    type VARCHAR(32) NOT NULL,
+    occurred_at DATETIME(6) NOT NULL,
+    job_id BIGINT,
+    job_name VARCHAR(128),
+    run_id BIGINT,
+    payload TEXT,
+    fanned_out BOOL NOT NULL DEFAULT 0,
+    PRIMARY KEY (id),
+    CONSTRAINT uq_ql_events_run_type UNIQUE (run_id, type)
+) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+CREATE INDEX ix_ql_events_fan_out ON ql_events (fanned_out, id);
+CREATE INDEX ix_ql_events_occurred ON ql_events (occurred_at);
+
+-- ql_deliveries
+CREATE TABLE ql_deliveries (
+    id BIGINT NOT NULL AUTO_INCREMENT,
+    webhook_id BIGINT NOT NULL,
+    event_id BIGINT NOT NULL,
+    status VARCHAR(16) NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at DATETIME(6),
+    claimed_by VARCHAR(64),
+    claim_until DATETIME(6),
+    last_status_code INTEGER,
+    last_error TEXT,
+    delivered_at DATETIME(6),
+    created_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (id),
+    CONSTRAINT uq_ql_deliveries_webhook_event UNIQUE (webhook_id, event_id)
+) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+CREATE INDEX ix_ql_deliveries_due ON ql_deliveries (status, next_attempt_at);
+CREATE INDEX ix_ql_deliveries_event ON ql_deliveries (event_id);
 
 -- the named lock rows (SELECT ... FOR UPDATE)
 INSERT INTO ql_locks (name, version) VALUES ('job', 0), ('session', 0);
@@ -175,6 +252,6 @@ CREATE TABLE ql_alembic_version (
     version_num VARCHAR(32) NOT NULL,
     CONSTRAINT ql_alembic_version_pkc PRIMARY KEY (version_num)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
-INSERT INTO ql_alembic_version (version_num) VALUES ('0009');
+INSERT INTO ql_alembic_version (version_num) VALUES ('0013');
 
 COMMIT;

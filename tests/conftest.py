@@ -83,17 +83,22 @@ def db_url(database_url: str) -> str:
     from quartzlite.storage.tables import (
         audit,
         calendars,
+        deliveries,
+        events,
         jobs,
         locks,
+        requests,
         runs,
         sessions,
         tokens,
         ui_sessions,
+        webhooks,
     )
 
     engine = create_engine(database_url)
     with engine.begin() as conn:
-        for table in (runs, jobs, sessions, ui_sessions, tokens, audit, calendars):
+        for table in (runs, jobs, requests, sessions, ui_sessions, tokens, audit, calendars,
+                      deliveries, events, webhooks):
             conn.execute(delete(table))
         conn.execute(update(locks).values(version=0))
     engine.dispose()

@@ -12,6 +12,7 @@ from flask import Flask, Response, current_app, request
 
 from quartzlite import __version__
 from quartzlite.client import SchedulerClient
+from quartzlite.enums import AuditSource
 
 from . import (
     access,
@@ -26,6 +27,7 @@ from . import (
     runs,
     schedule,
     ui,
+    webhooks,
 )
 from .context import EXTENSION, ApiState, NodeView
 from .metrics import build_registry
@@ -47,12 +49,20 @@ def create_app(
     expect_node: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Flask:
-    """An app serving ``client``. ``node``: the node of this process, for /readyz and
-    /metrics (``serve``); ``expect_node``: /readyz fails until :func:`set_node` gives one."""
+    """An app serving ``client``'s database. ``node``: the node of this process, for
+    /readyz and /metrics (``serve``); ``expect_node``: /readyz fails until
+    :func:`set_node` gives one.
+
+    The views use ``client.auditing(source="api", audit=False)`` (the same pool): the
+    app records each write once itself, with its token (:mod:`.auth`), never the
+    client's actor too."""
     app = Flask("quartzlite.api")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    state = ApiState(client=client, node=node, expect_node=expect_node)
+    state = ApiState(
+        client=client.auditing(source=AuditSource.API, audit=False), node=node,
+        expect_node=expect_node,
+    )
     state.registry = build_registry(state, __version__)
     app.extensions[EXTENSION] = state
     app.url_map.converters["run_id"] = runs.RunIdConverter
@@ -63,7 +73,7 @@ def create_app(
     errors.register(app)
     auth.register(app)
     app.register_blueprint(health.bp)
-    for module in (jobs, calendars, runs, cluster, schedule, audit, openapi):
+    for module in (jobs, calendars, runs, cluster, schedule, audit, webhooks, openapi):
         app.register_blueprint(module.bp, url_prefix=API_PREFIX)
     ui.register(app)
     app.after_request(_poke_node)

@@ -6,9 +6,12 @@ The API is closed by default: a view answers without a token only when it is mar
 (GET/HEAD); writes, and views marked :func:`admin_only`, need an admin token. Every
 write made with a valid token (allowed or not) is recorded in the audit trail with its
 outcome, bounded (:data:`AUDIT_ENTRY_BYTES`) and with secret shapes masked
-(:mod:`quartzlite.redact`). Refused writes (4xx) are rate-limited per token and per
-client address (:mod:`quartzlite.api.limits`): the ones over the limit are answered 429
-and not recorded, so a token cannot grow the audit trail faster than
+(:mod:`quartzlite.redact`), with the source ``api`` (``ui`` for the dashboard's). The
+app's client records nothing itself (:func:`quartzlite.api.create_app` gives it one
+with ``audit=False``), so each write is recorded once, here. Refused writes (4xx) are
+rate-limited per token and per client address (:mod:`quartzlite.api.limits`): the ones
+over the limit are answered 429 and not recorded, so a token cannot grow the audit
+trail faster than
 ``REFUSED_PER_S * AUDIT_ENTRY_BYTES`` bytes a second after its first burst.
 """
 
@@ -23,9 +26,10 @@ from typing import Any, TypeVar
 from flask import Flask, Response, current_app, g, request
 
 from quartzlite import auth
+from quartzlite.enums import AuditSource
 from quartzlite.errors import AuthError, Forbidden, QuartzliteError
 from quartzlite.models import Token
-from quartzlite.redact import clip, redact, redact_value
+from quartzlite.redact import bounded, clip, redact
 
 from .context import get_client, get_state
 from .errors import error_response
@@ -145,14 +149,7 @@ def _audit_details(status: int, error_code: str | None) -> dict[str, Any]:
         details["error"] = error_code
     body = _body()
     if body is not None:
-        body = redact_value(body, AUDIT_BODY_BYTES)
-        encoded = json.dumps(body, ensure_ascii=False, default=str)
-        size = len(encoded.encode(errors="surrogatepass"))
-        if size <= AUDIT_BODY_BYTES:
-            details["body"] = body
-        else:
-            details["body_bytes"] = size
-            details["body_head"] = encoded[: AUDIT_BODY_BYTES // 4]
+        details.update(bounded(body, AUDIT_BODY_BYTES))
     if len(json.dumps(details).encode()) > AUDIT_ENTRY_BYTES:
         details.pop("body", None)
         details.pop("body_head", None)
@@ -190,6 +187,7 @@ def audit_write(response: Response) -> Response:
             job_name=_job_name(),
             client_address=request.remote_addr,
             details=_audit_details(status, error_code),
+            source=AuditSource.UI if request.blueprint == "ui" else AuditSource.API,
         )
     except QuartzliteError as error:
         log.error(

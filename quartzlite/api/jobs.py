@@ -92,9 +92,14 @@ def resume(name: str) -> tuple[Response, int]:
 
 @bp.post("/jobs/<name>/trigger")
 def trigger(name: str) -> tuple[Response, int]:
-    """Due now; a node fires it within about its poll interval (202: accepted, not yet run)."""
+    """Due now; a node fires it within about its poll interval (202: accepted, not yet run).
+    Optional body ``{"params": {...}}``: the run's parameters."""
     Query(())
-    return _job(get_client().trigger_job(name), 202)
+    body = json_object(required=False)
+    unknown = sorted(set(body) - {"params"})
+    if unknown:
+        raise ValidationError(unknown[0], "unknown field (allowed: params)")
+    return _job(get_client().trigger_job(name, body.get("params")), 202)
 
 
 @bp.post("/jobs/<name>/kill")

@@ -19,10 +19,31 @@ from quartzlite.client import (
     MAX_PAGE,
     MAX_RUNS,
     MAX_TIMEOUT_S,
+    MAX_UPSTREAM,
 )
-from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
+from quartzlite.enums import (
+    SUBSCRIBABLE_EVENTS,
+    AuditSource,
+    DeliveryStatus,
+    EventType,
+    JobState,
+    MisfirePolicy,
+    OverrunPolicy,
+    RecoveryPolicy,
+    RunStatus,
+    UpstreamCondition,
+)
 from quartzlite.schedule.calendars import MAX_ENTRIES
-from quartzlite.validation import MAX_TAGS, NAME_PATTERN, TAG_PATTERN
+from quartzlite.validation import (
+    MAX_PARAM_STRING_BYTES,
+    MAX_PARAMS,
+    MAX_PARAMS_BYTES,
+    MAX_TAGS,
+    NAME_PATTERN,
+    PARAM_NAME_PATTERN,
+    TAG_PATTERN,
+)
+from quartzlite.webhooks import MAX_URL
 
 from .auth import public
 
@@ -56,7 +77,8 @@ JOB_FIELDS: dict[str, Schema] = {
     "name": {"type": "string", "pattern": NAME_PATTERN, "description": "unique; the key"},
     "schedule": {
         "type": "string", "minLength": 1, "maxLength": 255,
-        "description": "5/6/7-field cron, Quartz cron (? L W #), '@every 90s', '@at ISO-8601'",
+        "description": "5/6/7-field cron, Quartz cron (? L W #), '@every 90s', '@at ISO-8601', "
+                       "'@manual' (no slots: runs when triggered or by its upstream jobs)",
         "examples": ["*/5 * * * *", "@every 90s"],
     },
     "timezone": {"type": "string", "minLength": 1, "maxLength": 64, "default": "UTC"},
@@ -119,6 +141,18 @@ JOB_FIELDS: dict[str, Schema] = {
         "description": "names of exclusion calendars (GET /calendars): a slot in a time one "
                        "of them excludes is skipped, neither run nor recorded missed",
     },
+    "upstream": {
+        "type": "array", "maxItems": MAX_UPSTREAM,
+        "items": {"type": "string", "pattern": NAME_PATTERN},
+        "description": "names of existing jobs whose runs trigger this one: when a slot of "
+                       "one ends as upstream_on says, this job runs once for that slot (same "
+                       "planned instant and slot); needs the schedule @manual; no cycle",
+    },
+    "upstream_on": {
+        "type": "string", "enum": _values(UpstreamCondition), "default": "success",
+        "description": "how an upstream slot must end: success (succeeded), failure (failed, "
+                       "timed out, killed, or abandoned for good) or completion (either)",
+    },
 }
 
 DATE: Schema = {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
@@ -160,6 +194,20 @@ CALENDAR_FIELDS: dict[str, Schema] = {
 }
 
 
+#: Trigger parameters (quartzlite.validation.validate_params): scalars by name.
+PARAMS: Schema = {
+    "type": "object",
+    "maxProperties": MAX_PARAMS,
+    "propertyNames": {"pattern": PARAM_NAME_PATTERN},
+    "additionalProperties": {
+        "type": ["string", "number", "boolean", "null"],
+        "maxLength": MAX_PARAM_STRING_BYTES,
+        "description": f"a string (at most {MAX_PARAM_STRING_BYTES} bytes of UTF-8, no NUL), "
+                       "a number, a boolean or null",
+    },
+}
+
+
 def _job_input(required: list[str], description: str, *, min_properties: int = 0) -> Schema:
     schema: Schema = {
         "type": "object",
@@ -194,6 +242,39 @@ def _object(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) ->
         "properties": properties,
     }
 
+
+#: The fields of a webhook subscription a user writes (the client's checks).
+WEBHOOK_FIELDS: dict[str, Schema] = {
+    "name": {"type": "string", "pattern": NAME_PATTERN, "description": "unique; the key"},
+    "url": {"type": "string", "pattern": "^https?://", "minLength": 8, "maxLength": MAX_URL,
+            "description": "where deliveries are POSTed (http or https, ASCII)"},
+    "events": {
+        "type": "array", "minItems": 1,
+        "items": {"type": "string", "enum": [e.value for e in SUBSCRIBABLE_EVENTS]},
+        "description": "the event types to deliver",
+    },
+    "job_prefix": {
+        "type": ["string", "null"], "pattern": "^([A-Za-z0-9][A-Za-z0-9._-]{0,127})?$",
+        "description": "only events of jobs whose name starts with this (null or '': any job; "
+                       "node events always)",
+    },
+    "tag": {
+        "type": ["string", "null"], "pattern": "^([a-z0-9][a-z0-9_.-]{0,31})?$",
+        "description": "only events of jobs having this tag (null or '': any job; node events "
+                       "always)",
+    },
+    "enabled": {"type": "boolean", "default": True},
+}
+
+WEBHOOK_OUT: dict[str, Schema] = {
+    "name": {"type": "string"},
+    "url": {"type": "string"},
+    "events": {"type": "array", "items": {"type": "string", "enum": _values(EventType)}},
+    "job_prefix": nullable({"type": "string"}),
+    "tag": nullable({"type": "string"}),
+    "enabled": {"type": "boolean"},
+    "created_at": INSTANT,
+}
 
 SCHEMAS: dict[str, Schema] = {
     "CalendarInput": {
@@ -266,13 +347,15 @@ SCHEMAS: dict[str, Schema] = {
         "description": {"type": "string"},
         "paused": {"type": "boolean"},
         "calendars": {"type": "array", "items": {"type": "string"}},
+        "upstream": {"type": "array", "items": {"type": "string"}},
+        "upstream_on": JOB_FIELDS["upstream_on"],
         "id": {"type": "integer"},
         "state": {"type": "string", "enum": _values(JobState)},
         "finished": {
             "type": "boolean",
             "description": "idle, not paused and no next fire: its end_at passed, it ran "
                            "max_runs slots, or its schedule has no slot left (an @at that "
-                           "fired); state stays idle",
+                           "fired; a @manual job only after max_runs); state stays idle",
         },
         "runs_done": {
             "type": "integer",
@@ -298,6 +381,10 @@ SCHEMAS: dict[str, Schema] = {
                 "owner_node": nullable({"type": "string", "description": "host:pid"}),
                 "upcoming": {"type": "array", "items": INSTANT},
                 "last_run": nullable(ref("Run")),
+                "downstream": {
+                    "type": "array", "items": {"type": "string"},
+                    "description": "the live jobs that name this one upstream (read-only)",
+                },
             }),
         ],
     },
@@ -318,10 +405,31 @@ SCHEMAS: dict[str, Schema] = {
             "status": {"type": "string", "enum": _values(RunStatus)},
             "exit_code": nullable({"type": "integer"}),
             "error": nullable({"type": "string"}),
-            "output": {"type": "string", "description": "the output tail (GET /runs/{id} only)"},
+            "params": nullable({**PARAMS, "description": "the parameters the run's slot was "
+                                "triggered with (every attempt of the slot has them)"}),
+            "upstream_run_id": nullable({
+                "type": "integer", "description": "the upstream job's run whose end triggered "
+                "this run's slot (GET /runs/{id}); null: not triggered by an upstream job"}),
+            "output": {"type": "string", "description": "the output tail (GET /runs/{id} "
+                       "only); while a shell run runs, what it printed so far"},
+            "output_live": {"type": "boolean", "description": "the run is still running: "
+                            "its output is the output so far (GET /runs/{id} only)"},
         },
-        optional=("output",),
+        optional=("output", "output_live"),
     ),
+    "TriggerInput": {
+        "type": "object",
+        "description": "What POST /jobs/{name}/trigger may carry (the body is optional).",
+        "additionalProperties": False,
+        "properties": {"params": nullable({
+            **PARAMS,
+            "description": "parameters of the run: merged over a callable's kwargs (they "
+                           "win), exported to a shell command as QUARTZLITE_PARAM_<NAME> (the "
+                           "name upper-cased: no two names may differ only in case; null is "
+                           "the empty string, numbers and booleans their JSON spelling); at "
+                           f"most {MAX_PARAMS_BYTES} bytes of JSON in all",
+        })},
+    },
     "Node": _object({
         "id": {"type": "string", "description": "the session id"},
         "name": {"type": "string", "description": "host:pid, as runs name it"},
@@ -342,12 +450,60 @@ SCHEMAS: dict[str, Schema] = {
     "AuditEntry": _object({
         "id": {"type": "integer"},
         "at": INSTANT,
-        "token": {"type": "string"},
-        "action": {"type": "string", "description": "the endpoint, e.g. jobs.create"},
+        "token": {"type": "string", "description": "who: the token's name (source api or ui), "
+                                                   "or the actor (cli: user@host; library: what "
+                                                   "the program gave, user@host by default)"},
+        "action": {"type": "string", "description": "api and ui: the endpoint, e.g. jobs.create; "
+                                                    "cli and library: the use case, e.g. job.add"},
         "job": nullable({"type": "string"}),
         "client_address": nullable({"type": "string"}),
-        "details": {"type": "object", "description": "method, path, status, error, body"},
+        "details": {"type": "object", "description": "api and ui: method, path, status, error, "
+                                                     "body; cli and library: the input (body), "
+                                                     "what it did, error"},
+        "source": {"type": "string", "enum": _values(AuditSource),
+                   "description": "which way the change came"},
     }),
+    "WebhookInput": {
+        "type": "object", "description": "A new webhook subscription (POST /webhooks).",
+        "properties": WEBHOOK_FIELDS, "additionalProperties": False,
+        "required": ["name", "url", "events"],
+        "examples": [{"name": "ops-alerts", "url": "https://alerts.example.com/quartzlite",
+                      "events": ["run.failed", "run.timed_out", "node.expired"],
+                      "job_prefix": "etl-"}],
+    },
+    "WebhookChanges": {
+        "type": "object", "description": "Some fields of a subscription (PATCH); the rest stay.",
+        "properties": {k: v for k, v in WEBHOOK_FIELDS.items() if k != "name"},
+        "additionalProperties": False, "minProperties": 1,
+        "examples": [{"enabled": False}, {"events": ["run.failed"]}],
+    },
+    "Webhook": _object(WEBHOOK_OUT),
+    "WebhookCreated": _object({
+        **WEBHOOK_OUT,
+        "secret": {"type": "string", "description": "signs every delivery (HMAC-SHA256); "
+                   "shown this once"},
+    }),
+    "WebhookList": _object({"items": {"type": "array", "items": ref("Webhook")}}),
+    "Delivery": _object({
+        "id": {"type": "integer", "description": "the delivery id, sent as X-Quartzlite-Delivery "
+               "on every attempt"},
+        "webhook": {"type": "string"},
+        "event": {"type": "string", "enum": _values(EventType)},
+        "event_id": {"type": "integer"},
+        "occurred_at": INSTANT,
+        "job": nullable({"type": "string"}),
+        "run_id": nullable({"type": "integer"}),
+        "status": {"type": "string", "enum": _values(DeliveryStatus),
+                   "description": "pending (due at next_attempt_at), paused (its webhook is "
+                                  "disabled), delivered (a 2xx), failed (gave up)"},
+        "attempts": {"type": "integer", "minimum": 0},
+        "next_attempt_at": nullable(INSTANT),
+        "last_status_code": nullable({"type": "integer"}),
+        "last_error": nullable({"type": "string"}),
+        "delivered_at": nullable(INSTANT),
+        "created_at": INSTANT,
+    }),
+    "DeliveryPage": _page("Delivery"),
     "JobPage": _page("Job"),
     "RunPage": _page("Run"),
     "AuditPage": _page("AuditEntry"),
@@ -396,9 +552,9 @@ ERROR_TEXT = {
     400: "Invalid input: details.field names the field, details.reason says why",
     401: "No token, or an unknown or revoked one",
     403: "The token's role may not do this (viewers only read)",
-    404: "No such job, run, calendar or route",
+    404: "No such job, run, calendar, webhook or route",
     409: "Conflict: the name exists, the job runs (trigger) or does not run (kill), the "
-         "calendar is in use (delete)",
+         "calendar is in use (delete), the webhook is disabled (test)",
     413: "The body is larger than the limit (1 MiB)",
     429: "Too many refused writes from this token or address: retry after Retry-After seconds",
     503: "The database is unavailable (retry) or, for /readyz, not ready",
@@ -433,6 +589,8 @@ def _param(name: str, where: str, schema: Schema, description: str, *, required:
 
 
 JOB_NAME = _param("name", "path", {"type": "string", "pattern": NAME_PATTERN}, "the job's name")
+WEBHOOK_NAME = _param("name", "path", {"type": "string", "pattern": NAME_PATTERN},
+                      "the webhook's name")
 CALENDAR_NAME = _param("name", "path", {"type": "string", "pattern": NAME_PATTERN},
                        "the calendar's name")
 LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE,
@@ -450,23 +608,28 @@ WRITE = (400, 401, 403, 404, 409, 429, 503)
 
 def _op(operation_id: str, summary: str, responses: dict[str, Schema], *,
         tag: str, parameters: list[Schema] | None = None, body: Schema | None = None,
-        public_: bool = False) -> Schema:
+        public_: bool = False, body_required: bool = True) -> Schema:
     op: Schema = {"operationId": operation_id, "summary": summary, "tags": [tag],
                   "responses": responses}
     if parameters:
         op["parameters"] = parameters
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+        op["requestBody"] = {"required": body_required,
+                             "content": {"application/json": {"schema": body}}}
     if public_:
         op["security"] = []
     return op
 
 
-def _control(verb: str, summary: str, status: int, conflict: bool) -> Schema:
+def _control(verb: str, summary: str, status: int, conflict: bool,
+             body: Schema | None = None) -> Schema:
+    """``body``: an optional request body (413 when too large)."""
     codes = (400, 401, 403, 404, 409, 429, 503) if conflict else (400, 401, 403, 404, 429, 503)
+    if body is not None:
+        codes = tuple(sorted((*codes, 413)))
     return {"parameters": [JOB_NAME], "post": _op(
         f"{verb}Job", summary, {str(status): _json(ref("Job"), "The job"), **_errors(*codes)},
-        tag="jobs",
+        tag="jobs", body=body, body_required=False,
     )}
 
 
@@ -509,7 +672,8 @@ PATHS: dict[str, Schema] = {
     "/api/v1/jobs/{name}/pause": _control("pause", "Pause a job", 200, False),
     "/api/v1/jobs/{name}/resume": _control("resume", "Resume a job", 200, False),
     "/api/v1/jobs/{name}/trigger": _control(
-        "trigger", "Run a job now (409 while it runs or is paused)", 202, True),
+        "trigger", "Run a job now, with the parameters given (409 while it runs or is paused)",
+        202, True, body=ref("TriggerInput")),
     "/api/v1/jobs/{name}/kill": _control(
         "kill", "Kill the running run of a job (409 when none runs)", 202, True),
     "/api/v1/jobs/{name}/runs": {
@@ -586,15 +750,64 @@ PATHS: dict[str, Schema] = {
         ]),
     },
     "/api/v1/audit": {
-        "get": _op("listAudit", "The audit trail of API writes, newest first (admins)", {
+        "get": _op("listAudit", "The audit trail of every write (API, dashboard, CLI, library), "
+                   "newest first (admins)", {
             "200": _json(ref("AuditPage"), "A page of entries"), **_errors(400, 401, 403, 503),
         }, tag="audit", parameters=[
             _param("job", "query", {"type": "string"}, "entries about this job"),
-            _param("token", "query", {"type": "string"}, "entries made with this token"),
+            _param("token", "query", {"type": "string"},
+                   "entries made with this token (or by this CLI or library actor)"),
+            _param("source", "query", {"type": "string", "enum": _values(AuditSource)},
+                   "entries that came this way"),
             _param("since", "query", INSTANT, "recorded at or after"),
             LIMIT,
             CURSOR,
         ]),
+    },
+    "/api/v1/webhooks": {
+        "post": _op("createWebhook", "Create a webhook subscription; its signing secret is "
+                    "in the answer, this once (admins)", {
+            "201": _json(ref("WebhookCreated"), "Created"),
+            **_errors(400, 401, 403, 409, 413, 429, 503),
+        }, tag="webhooks", body=ref("WebhookInput")),
+        "get": _op("listWebhooks", "Every webhook subscription, by name (admins)", {
+            "200": _json(ref("WebhookList"), "The subscriptions"), **_errors(400, 401, 403, 503),
+        }, tag="webhooks"),
+    },
+    "/api/v1/webhooks/{name}": {
+        "parameters": [WEBHOOK_NAME],
+        "get": _op("getWebhook", "A webhook subscription (admins)", {
+            "200": _json(ref("Webhook"), "The subscription"), **_errors(400, 401, 403, 404, 503),
+        }, tag="webhooks"),
+        "patch": _op("updateWebhook", "Change a subscription: url, events, filters, enabled "
+                     "(a disabled one gets no events; its pending deliveries wait)", {
+            "200": _json(ref("Webhook"), "Changed"),
+            **_errors(400, 401, 403, 404, 413, 429, 503),
+        }, tag="webhooks", body=ref("WebhookChanges")),
+        "delete": _op("deleteWebhook", "Delete a subscription and its delivery log", {
+            "200": _json(ref("Webhook"), "Deleted"), **_errors(400, 401, 403, 404, 429, 503),
+        }, tag="webhooks"),
+    },
+    "/api/v1/webhooks/{name}/deliveries": {
+        "parameters": [WEBHOOK_NAME],
+        "get": _op("listDeliveries", "A subscription's delivery log, newest event first "
+                   "(admins)", {
+            "200": _json(ref("DeliveryPage"), "A page of deliveries"),
+            **_errors(400, 401, 403, 404, 503),
+        }, tag="webhooks", parameters=[
+            _param("status", "query", {"type": "string", "enum": _values(DeliveryStatus)},
+                   "deliveries in this status"),
+            LIMIT,
+            CURSOR,
+        ]),
+    },
+    "/api/v1/webhooks/{name}/test": {
+        "parameters": [WEBHOOK_NAME],
+        "post": _op("testWebhook", "Queue a webhook.test event for this subscription alone "
+                    "(409 when it is disabled)", {
+            "202": _json(ref("Delivery"), "Queued: its delivery"),
+            **_errors(400, 401, 403, 404, 409, 429, 503),
+        }, tag="webhooks"),
     },
     "/api/v1/openapi.json": {
         "get": _op("getOpenApi", "This document", {
@@ -636,6 +849,7 @@ DOCUMENT: Schema = {
     "servers": [{"url": "/"}],
     "security": [{"bearerAuth": []}],
     "tags": [{"name": t} for t in ("jobs", "calendars", "runs", "cluster", "schedule", "audit",
+                                   "webhooks",
                                    "meta")],
     "paths": PATHS,
     "components": {

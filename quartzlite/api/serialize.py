@@ -28,6 +28,7 @@ def job_detail(view: JobView, sessions: Iterable[Session]) -> dict[str, Any]:
     data["owner_node"] = None if owner is None else node_name(owner)
     data["upcoming"] = [codec.iso(t) for t in view.upcoming]
     data["last_run"] = None if view.last_run is None else codec.run_to_dict(view.last_run, output=False)
+    data["downstream"] = list(view.downstream)
     return data
 
 
@@ -47,4 +48,5 @@ def audit_entry(entry: AuditEntry) -> dict[str, Any]:
         "job": entry.job_name,
         "client_address": entry.client_address,
         "details": entry.details,
+        "source": entry.source.value,
     }

@@ -21,11 +21,17 @@ spawner         start bash for fired shell runs ahead of their instant, each
 shells          one poll over every running shell run: its output, exit,       critical
                 timeout and kill; starts the next ready run in the place an
                 ended one frees (see :mod:`quartzlite.node.shellwatch`)
+output          every ``live_output_interval_s`` while shell runs run: the
+                tails that grew since, in one UPDATE of their running rows
+                (nothing sent when none grew)
 results         executing -> idle in batches; retried until the outcome is    critical
                 known
 compensator     adopt/recover what the DB says we own but memory does not     critical
 expirer         expire peers silent for ``session_timeout_s``                 critical
 janitor         prune run history past ``history_retention_s``, hourly
+webhooks        fan events out into deliveries, claim the due ones and POST
+                them on ``webhook_concurrency`` threads of its own, with its
+                own connections (see :mod:`quartzlite.node.services.webhooks`)
 ==============  ==========================================================  =========
 
 An idle node sends one statement per heartbeat and one per poll (1.5 statements per
@@ -89,6 +95,7 @@ from quartzlite.node.services import (
     Heartbeat,
     Janitor,
     Killer,
+    LiveOutput,
     Results,
     Scanner,
     Spawner,
@@ -97,6 +104,7 @@ from quartzlite.node.services import (
     Watchdog,
 )
 from quartzlite.node.services.base import Service
+from quartzlite.node.services.webhooks import Webhooks
 from quartzlite.node.shellwatch import ShellWatch
 from quartzlite.node.stats import NodeStats
 from quartzlite.node.workers import WorkerPool
@@ -249,6 +257,13 @@ class Node:
         )
         self.results_store = NodeStore(self.results_db, node_name=self.node_name,
                                        specs=self.specs)
+        # Webhook deliveries have a pool of their own: a burst of them never takes a
+        # connection the scheduler's threads wait for.
+        self.webhooks_db = Database(
+            config.database_url, lock_wait_timeout_s=config.lock_wait_timeout_s,
+            io_timeout_s=io_timeout, pool_size=2, idle_timeout_s=idle_timeout,
+            on_error=self._db_error,
+        )
         self.journal: Journal | None = None
         self.planner = SchedulePlanner()
         self.tag_sets = tag_sets(config.tags)
@@ -282,10 +297,16 @@ class Node:
         self.compensator = Compensator(self)
         self.expirer = Expirer(self)
         self.janitor = Janitor(self)
+        self.webhooks = Webhooks(self)
         self.services: list[Service] = [
             self.heartbeat, self.watchdog, self.watcher, self.killer, self.scanner, self.firer,
             self.starter, self.spawner, self.results_service, self.compensator, self.expirer, self.janitor,
         ]
+        self.services.append(self.webhooks)
+        #: Writes running shell runs' output so far (None: ``live_output_interval_s`` 0).
+        self.live_output = LiveOutput(self) if config.live_output_interval_s > 0 else None
+        if self.live_output is not None:
+            self.services.append(self.live_output)
         #: The scanner stopped because the node was full: results wake it at once.
         self.scan_blocked = False
 
@@ -444,7 +465,9 @@ class Node:
             self.state = NodeState.FENCED
             self.fenced.set()
             for service in (self.watcher, self.scanner, self.firer, self.starter,
-                            self.spawner, self.compensator, self.expirer, self.janitor, self.killer):
+                            self.spawner, self.compensator, self.expirer, self.janitor, self.killer,
+                            self.webhooks,
+                            *([self.live_output] if self.live_output is not None else [])):
                 service.stop()
             # Every run not yet judged is marked (one the guard just killed has ended
             # already); only runs still going are killed: an ended run's group is gone,
@@ -583,7 +606,8 @@ class Node:
         self.state = NodeState.STOPPING
         log.info("stopping: handing back prepared jobs, waiting for running ones",
                  extra={"action": "stopping"})
-        for service in (self.watcher, self.scanner, self.compensator, self.expirer, self.janitor):
+        for service in (self.watcher, self.scanner, self.compensator, self.expirer, self.janitor,
+                        self.webhooks):
             service.stop()
         with self.owned.mutex:
             self.firer.stop()
@@ -639,8 +663,8 @@ class Node:
         self.dispose_pools()
 
     def dispose_pools(self) -> None:
-        """Close the node's three connection pools (main, heartbeat, results)."""
-        for db in (self.db, self.hb_db, self.results_db):
+        """Close the node's connection pools (main, heartbeat, results, webhooks)."""
+        for db in (self.db, self.hb_db, self.results_db, self.webhooks_db):
             db.dispose()
 
     # -- execution ---------------------------------------------------------------------
@@ -657,6 +681,7 @@ class Node:
             execution.context = RunContext(
                 job=p.name, fire_id=p.fire_id, run_id=fired.run_id,
                 planned_at=p.planned_at, slot_at=p.slot_at, attempt=p.attempt,
+                params=dict(fired.params or {}),
             )
         self.owned.executing[p.job_id] = execution
         return execution
@@ -775,16 +800,20 @@ class Node:
                     spawned=self.spawner.take(execution),
                 )
                 if isinstance(started, ShellRun):
+                    execution.shell = started
                     self.shells.watch(started, functools.partial(self._shell_ended, execution))
+                    if self.live_output is not None:
+                        self.live_output.track(execution)
                     return False
                 outcome = started
             else:
                 assert spec.callable is not None
                 assert execution.context is not None
                 self._mark_started(execution)  # the guard holds us already (see _work)
+                params = execution.context.params
                 outcome = run_callable(
-                    spec.callable, spec.kwargs, context=execution.context,
-                    output_limit=self.config.output_limit_bytes,
+                    spec.callable, {**spec.kwargs, **params} if params else spec.kwargs,
+                    context=execution.context, output_limit=self.config.output_limit_bytes,
                 )
         except BaseException as error:  # noqa: BLE001 - exactly one result per run
             outcome = Outcome(status=RunStatus.FAILED, error=f"executor error: {error!r}")

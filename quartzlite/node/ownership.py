@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from quartzlite.executors import RunContext, RunHandle, Spawned
+from quartzlite.executors import RunContext, RunHandle, ShellRun, Spawned, params_environment
 from quartzlite.models import Fired, Prepared
 
 
@@ -54,14 +54,19 @@ class Execution:
     #: :class:`~quartzlite.node.services.spawner.Spawner`).
     standby: Spawned | None = None
     standby_closed: bool = False
+    #: Shell runs past their gate: the run the shell watch watches (its output so far is
+    #: read from here by the live output service).
+    shell: ShellRun | None = None
     _environment: dict[str, str] | None = None
 
     def environment(self) -> dict[str, str]:
-        """What a shell run is told of itself (its ``QUARTZLITE_*`` variables)."""
+        """What a shell run is told of itself (its ``QUARTZLITE_*`` variables, and its
+        trigger parameters as ``QUARTZLITE_PARAM_<NAME>``)."""
         if self._environment is None:
             fired = self.fired
             p = fired.prepared
             self._environment = {
+                **params_environment(fired.params),
                 "QUARTZLITE_JOB": p.name,
                 "QUARTZLITE_FIRE_ID": p.fire_id,
                 "QUARTZLITE_RUN_ID": str(fired.run_id),

@@ -151,9 +151,19 @@ class SchedulePlanner:
             counted=counted,
         )
 
-    def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
+    def misfire(
+        self, spec: JobSpec, slot_at: datetime, now: datetime, planned: datetime | None = None
+    ) -> Reschedule:
         """``slot_at`` was found later than the grace: it and any later misfired slots
-        are coalesced into one fire now (fire_once) or all skipped (skip)."""
+        are coalesced into one fire now (fire_once) or all skipped (skip).
+
+        A ``@manual`` job never misfires: its slots are explicit requests (a trigger, or
+        an upstream job's end), each to run once however late it is found (a downstream
+        job that waited for its own previous run, for a node, or to be resumed). It
+        fires at ``planned``, the instant its slot was planned for (the slot when not
+        given)."""
+        if spec.manual:
+            return Reschedule(planned_at=planned or slot_at, slot_at=slot_at)
         reason = f"misfired: not fired within misfire_grace_s ({spec.misfire_grace_s:g}s)"
         later = self._next(spec, slot_at, now, reason)
         cutoff = now - timedelta(seconds=spec.misfire_grace_s)

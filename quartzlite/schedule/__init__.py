@@ -54,6 +54,7 @@ from quartzlite.schedule.limits import (
     _REFERENCE,
     FIRST_INSTANT,
     LAST_INSTANT,
+    MANUAL,
     MAX_EVERY,
     MIN_EVERY,
 )
@@ -61,6 +62,7 @@ from quartzlite.schedule.timing import (
     _AtTiming,
     _BoundedTiming,
     _EveryTiming,
+    _ManualTiming,
     _Timing,
 )
 from quartzlite.schedule.zones import (
@@ -72,6 +74,7 @@ from quartzlite.schedule.zones import (
 __all__ = [
     "FIRST_INSTANT",
     "LAST_INSTANT",
+    "MANUAL",
     "MAX_EVERY",
     "MIN_EVERY",
     "MAX_JITTER_S",
@@ -164,7 +167,8 @@ class Schedule:
 
     ``expression`` is the expression as given (stripped), ``timezone`` the IANA name,
     ``kind`` one of ``"cron"`` (5 fields and the @-aliases), ``"quartz"`` (6/7 fields),
-    ``"every"`` and ``"at"``; ``one_shot`` is True for ``@at``.
+    ``"every"``, ``"at"`` and ``"manual"`` (no slots: the job runs when triggered);
+    ``one_shot`` is True for ``@at``.
     """
 
     __slots__ = ("_expression", "_timezone", "_kind", "_timing", "_zone")
@@ -195,8 +199,14 @@ class Schedule:
 
     @property
     def kind(self) -> str:
-        """``"cron"`` (5 fields, @-aliases), ``"quartz"`` (6/7 fields), ``"every"`` or ``"at"``."""
+        """``"cron"`` (5 fields, @-aliases), ``"quartz"`` (6/7 fields), ``"every"``, ``"at"``
+        or ``"manual"``."""
         return self._kind
+
+    @property
+    def manual(self) -> bool:
+        """True for ``@manual``: no slots of its own (it runs when triggered)."""
+        return self._kind == "manual"
 
     @property
     def one_shot(self) -> bool:
@@ -267,6 +277,10 @@ def _parse_cached(expression: str, timezone: str) -> Schedule:
             return Schedule(
                 expression=text, zone=zone, kind="at", timing=_AtTiming(_parse_at(argument, zone))
             )
+        if keyword == MANUAL:
+            if argument:
+                raise _schedule_error(f'"{head}" takes no argument, got "{argument}"')
+            return Schedule(expression=MANUAL, zone=zone, kind="manual", timing=_ManualTiming())
         if keyword in _ALIASES:
             if argument:
                 raise _schedule_error(f'"{head}" takes no argument, got "{argument}"')

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Final
 
+from quartzlite.models import MANUAL_SCHEDULE
+
 #: The shortest interval ``@every`` accepts.
 MIN_EVERY: Final = timedelta(milliseconds=100)
 #: The longest interval ``@every`` accepts (100 years).
@@ -38,7 +40,13 @@ _ALIASES: Final[Mapping[str, str]] = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_ALLOWED_FORMS: Final = "@every <duration>, @at <ISO-8601 instant>, " + ", ".join(_ALIASES)
+#: The schedule with no slots of its own: the job runs when triggered, by an operator
+#: or by its upstream jobs.
+MANUAL: Final = MANUAL_SCHEDULE
+
+_ALLOWED_FORMS: Final = (
+    "@every <duration>, @at <ISO-8601 instant>, @manual, " + ", ".join(_ALIASES)
+)
 
 _MONTH_NAMES: Final[Mapping[str, int]] = {
     name.upper(): number for number, name in enumerate(calendar.month_abbr) if name

@@ -108,6 +108,21 @@ class _AtTiming(_Timing):
         return self._instant if lo < self._instant <= hi else None
 
 
+class _ManualTiming(_Timing):
+    """``@manual``: no fire instant at all (the job runs when triggered)."""
+
+    __slots__ = ()
+
+    def _next_after(self, after: datetime) -> datetime | None:
+        return None
+
+    def count(self, lo: datetime, hi: datetime) -> int:
+        return 0
+
+    def latest(self, lo: datetime, hi: datetime) -> datetime | None:
+        return None
+
+
 class _BoundedTiming(_Timing):
     """A job's slots: its schedule's, none before ``start`` and none after ``end``
     (either may be None). For ``@every`` with a start, the slots are ``start + k *

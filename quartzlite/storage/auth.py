@@ -11,10 +11,10 @@ from sqlalchemy import delete, exists, func, select
 from sqlalchemy.engine import RowMapping
 
 from quartzlite.clock import utc
-from quartzlite.enums import Role
+from quartzlite.enums import AuditSource, Role
 from quartzlite.errors import Conflict, NotFound
 from quartzlite.models import AuditEntry, Page, Token
-from quartzlite.storage.engine import Database, Tx
+from quartzlite.storage.engine import Database, RetryPolicy, Tx
 from quartzlite.storage.jobs import decode_cursor, encode_cursor
 from quartzlite.storage.tables import audit, tokens, ui_sessions
 
@@ -32,6 +32,7 @@ def audit_from_row(row: RowMapping) -> AuditEntry:
         job_name=row["job_name"],
         client_address=row["client_address"],
         details=json.loads(row["details"] or "{}"),
+        source=AuditSource(row["source"]),
     )
 
 
@@ -106,6 +107,8 @@ class AuditStore:
         job_name: str | None,
         client_address: str | None,
         details: str,
+        source: AuditSource,
+        retry: RetryPolicy | None = None,
     ) -> AuditEntry:
         """Append one entry (``details`` is a JSON object, already encoded)."""
 
@@ -118,6 +121,7 @@ class AuditStore:
                     job_name=job_name,
                     client_address=client_address,
                     details=details,
+                    source=source.value,
                 )
             )
             key = result.inserted_primary_key
@@ -126,7 +130,7 @@ class AuditStore:
             row = t.conn.execute(select(audit).where(audit.c.id == entry_id)).mappings().one()
             return audit_from_row(row)
 
-        return self.db.transaction(tx, name="record_audit")
+        return self.db.transaction(tx, name="record_audit", retry=retry)
 
     def list(
         self,
@@ -136,9 +140,12 @@ class AuditStore:
         since: datetime | None,
         limit: int,
         cursor: str | None,
+        source: AuditSource | None = None,
     ) -> Page[AuditEntry]:
         """Newest first (by id); ``next_cursor`` continues after the last item."""
         query = select(audit)
+        if source is not None:
+            query = query.where(audit.c.source == source.value)
         if job is not None:
             query = query.where(audit.c.job_name == job)
         if token is not None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, select, text, update
+from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.elements import TextClause
 
@@ -28,9 +29,9 @@ from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import Conflict, NotFound, SchemaError, TransientStoreError, ValidationError
 from quartzlite.models import Calendar, Job, JobSpec, Page, Pruned, Reschedule, Run, Session
-from quartzlite.storage import rows, transitions
+from quartzlite.storage import dependencies, rows, transitions
 from quartzlite.storage.engine import Database, Tx
-from quartzlite.storage.tables import calendars, jobs, locks, runs, sessions
+from quartzlite.storage.tables import calendars, jobs, locks, requests, runs, sessions
 
 #: Given a spec, the database's now, the slots the job has run (``runs_done``) and the
 #: calendars it names (read in the same transaction), where it goes first: its planned
@@ -83,6 +84,29 @@ def db_now(conn: Connection) -> datetime:
     return utc(value)
 
 
+#: ``ql_requests.cause`` of a slot made due by a trigger (an upstream job's end writes
+#: :data:`quartzlite.storage.dependencies.UPSTREAM_CAUSE`).
+TRIGGER_CAUSE = "trigger"
+
+
+def add_request(
+    conn: Connection, *, job_id: int, slot_at: datetime, params: Mapping[str, Any] | None,
+    cause: str, upstream_run_id: int | None = None,
+) -> None:
+    """What the slot ``slot_at`` of the job was asked for with (one row per slot: a later
+    request for the same slot replaces it). Written in the transaction that makes the
+    slot due; the fire transaction copies ``params`` into the slot's run rows. Taken
+    when written: the transaction plans the slot itself (``taken_at``)."""
+    values = {
+        "params": rows.params_to_db(params), "cause": cause,
+        "upstream_run_id": upstream_run_id, "created_at": func.now(6), "taken_at": func.now(6),
+    }
+    statement = mysql_insert(requests).values(
+        job_id=job_id, slot_at=rows.to_db(slot_at), **values
+    )
+    conn.execute(statement.on_duplicate_key_update(**values))
+
+
 def encode_cursor(value: str | int) -> str:
     return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
 
@@ -132,6 +156,17 @@ _PRUNE_JOBS = text(
     "AND NOT EXISTS (SELECT 1 FROM ql_runs WHERE ql_runs.job_id = ql_jobs.id) LIMIT :batch"
 )
 
+#: Requests made before the cut-off whose slot the job has left (its run rows hold the
+#: parameters and the upstream run), oldest first (ix_ql_requests_created). A pending
+#: request (not taken yet) is kept while its job lives (a paused downstream job's wait
+#: until it is resumed), and dropped once the job is deleted or gone.
+_PRUNE_REQUESTS = text(
+    "DELETE FROM ql_requests WHERE created_at < :cutoff AND NOT EXISTS (SELECT 1 FROM ql_jobs "
+    "WHERE ql_jobs.id = ql_requests.job_id AND (ql_jobs.next_slot_at = ql_requests.slot_at "
+    "OR (ql_requests.taken_at IS NULL AND ql_jobs.deleted = 0))) "
+    "ORDER BY created_at LIMIT :batch"
+)
+
 #: Audit entries past the audit retention (an index range on recorded_at).
 _PRUNE_AUDIT = text(
     "DELETE FROM ql_audit WHERE recorded_at < :cutoff ORDER BY recorded_at LIMIT :batch"
@@ -152,15 +187,16 @@ class JobStore:
     ) -> Pruned:
         """Delete finished runs planned more than ``older_than_s`` ago (database clock),
         then deleted jobs that are idle, were deleted before the cut-off and have no runs
-        left. Autocommitted batches in ``planned_at`` order (an index range, no sort):
+        left, and trigger requests made before the cut-off whose slot the job has left.
+        Autocommitted batches in ``planned_at`` order (an index range, no sort):
         an interrupted pass leaves only whole batches deleted, and the next goes on.
         ``stop`` (a node's fence) ends the pass before its next batch."""
         before = self._cutoff(older_than_s)
         totals = [
             self._delete_batches(statement, before, batch=batch, stop=stop)
-            for statement in (_PRUNE_RUNS, _PRUNE_JOBS)
+            for statement in (_PRUNE_RUNS, _PRUNE_JOBS, _PRUNE_REQUESTS)
         ]
-        return Pruned(runs=totals[0], jobs=totals[1], before=before)
+        return Pruned(runs=totals[0], jobs=totals[1], before=before, requests=totals[2])
 
     def prune_audit(
         self, older_than_s: float, *, batch: int = PRUNE_BATCH, stop: threading.Event | None = None
@@ -296,6 +332,11 @@ class JobStore:
             )
         return job, None if row is None else rows.run_from_row(row)
 
+    def downstream(self, name: str) -> list[str]:
+        """The names of the live jobs that name job ``name`` upstream, sorted."""
+        with self.db.connect() as conn:
+            return dependencies.downstream_names(conn, name)
+
     def sessions(self) -> list[Session]:
         with self.db.connect() as conn:
             return self.sessions_in(conn)
@@ -324,7 +365,9 @@ class JobStore:
                 if t.after_unknown and rows.spec_from_row(existing) == spec:
                     return rows.job_from_row(existing)  # our own earlier commit
                 raise Conflict(f"a job named {spec.name!r} exists", details={"job": spec.name})
-            return self._insert(t.conn, spec, planner, read_named(t.conn, spec.calendars))
+            job = self._insert(t.conn, spec, planner, read_named(t.conn, spec.calendars))
+            dependencies.link(t.conn, name=spec.name, upstream=spec.upstream)
+            return job
 
         return self.db.transaction(tx, name="add_job")
 
@@ -369,6 +412,11 @@ class JobStore:
             ]
             for start in range(0, len(values), 1000):
                 t.conn.execute(jobs.insert(), values[start : start + 1000])
+            # After the inserts: a job may name another of the same batch upstream.
+            for index, s in enumerate(specs):
+                if s.upstream and s.name not in taken:
+                    dependencies.link(t.conn, name=s.name, upstream=s.upstream,
+                                      field=f"jobs[{index}].upstream")
             return len(values)
 
         return self.db.transaction(tx, name="add_jobs", retry=None)
@@ -382,7 +430,9 @@ class JobStore:
             existing = self._find(t.conn, spec.name, lock=True)
             named = read_named(t.conn, spec.calendars)
             if existing is None:
-                return self._insert(t.conn, spec, planner, named), True
+                job = self._insert(t.conn, spec, planner, named)
+                dependencies.link(t.conn, name=spec.name, upstream=spec.upstream)
+                return job, True
             if rows.spec_from_row(existing) == spec:
                 return rows.job_from_row(existing), False
             return self._replace(t.conn, existing, spec, planner, named), True
@@ -413,6 +463,7 @@ class JobStore:
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
             existing = self._row(t.conn, name, lock=True)
+            dependencies.refuse_delete(t.conn, existing)
             values: dict[str, Any] = {
                 "deleted": True,
                 "active_name": None,
@@ -420,12 +471,19 @@ class JobStore:
             }
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
             transitions.hand_back(t.conn, jobs.c.id == existing["id"])
+            if existing["upstream"]:
+                # Its upstream jobs may have no live downstream job left; nobody takes
+                # the requests they left pending for it.
+                dependencies.refresh_has_downstream(t.conn, rows.split_tags(existing["upstream"]))
+                dependencies.drop_pending(t.conn, existing["id"])
             return self._by_id(t.conn, existing["id"])
 
         return self.db.transaction(tx, name="delete_job")
 
-    def trigger(self, name: str) -> Job:
-        """Due now, as a fresh slot. A prepared job is taken back from its node first."""
+    def trigger(self, name: str, params: Mapping[str, Any] | None = None) -> Job:
+        """Due now, as a fresh slot. A prepared job is taken back from its node first.
+        ``params`` (validated by the caller): recorded as the slot's request, which the
+        fire transaction copies into the slot's run rows."""
 
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
@@ -434,7 +492,12 @@ class JobStore:
                 raise Conflict(f"job {name!r} is running", details={"job": name})
             if existing["paused"]:
                 raise Conflict(f"job {name!r} is paused: resume it first", details={"job": name})
-            transitions.trigger(t.conn, existing["id"], db_now(t.conn))
+            now = db_now(t.conn)
+            dependencies.release_taken(t.conn, existing)  # the trigger replaces its next fire
+            transitions.trigger(t.conn, existing["id"], now)
+            if params:
+                add_request(t.conn, job_id=existing["id"], slot_at=now, params=params,
+                            cause=TRIGGER_CAUSE)
             return self._by_id(t.conn, existing["id"])
 
         return self.db.transaction(tx, name="trigger_job")
@@ -468,6 +531,7 @@ class JobStore:
             if not paused:
                 values["error"] = None  # a quarantined job is given another chance
             if not paused and existing["state"] == JobState.IDLE.value:
+                dependencies.release_taken(t.conn, existing)  # planned anew below
                 spec = rows.spec_from_row(existing)
                 values.update(self._first_values(planner(
                     spec, db_now(t.conn), existing["runs_done"], read_named(t.conn, spec.calendars)
@@ -541,7 +605,10 @@ class JobStore:
             values.update(self._first_values(
                 planner(spec, db_now(conn), existing["runs_done"], named)
             ))
+            dependencies.release_taken(conn, existing)
         conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
+        dependencies.link(conn, name=spec.name, upstream=spec.upstream, before=old.upstream,
+                          job_id=existing["id"])
         return self._by_id(conn, existing["id"])
 
 

@@ -9,7 +9,14 @@ from typing import Any
 
 from quartzlite.clock import utc
 from quartzlite.codec import calendar_rules_to_dict, spec_to_dict
-from quartzlite.enums import JobState, MisfirePolicy, OverrunPolicy, RecoveryPolicy, RunStatus
+from quartzlite.enums import (
+    JobState,
+    MisfirePolicy,
+    OverrunPolicy,
+    RecoveryPolicy,
+    RunStatus,
+    UpstreamCondition,
+)
 from quartzlite.models import Calendar, CalendarRules, Job, JobSpec, Run, Session
 
 #: A database row as SQLAlchemy hands it over (RowMapping), or any mapping like it.
@@ -42,6 +49,7 @@ def spec_values(spec: JobSpec) -> dict[str, Any]:
         "kwargs": json.dumps(spec.kwargs, sort_keys=True, separators=(",", ":")),
         "tags": join_tags(spec.tags),
         "calendars": join_tags(spec.calendars),
+        "upstream": join_tags(spec.upstream),
         "start_at": to_db(spec.start_at),
         "end_at": to_db(spec.end_at),
     }
@@ -72,6 +80,8 @@ def spec_from_row(row: Row) -> JobSpec:
         description=row["description"],
         paused=bool(row["paused"]),
         calendars=split_tags(row["calendars"]),
+        upstream=split_tags(row["upstream"]),
+        upstream_on=UpstreamCondition(row["upstream_on"]),
     )
 
 
@@ -149,7 +159,28 @@ def run_from_row(row: Row) -> Run:
         exit_code=row["exit_code"],
         output=row["output"] or "",
         error=row["error"],
+        params=params_from_db(row.get("params")),
+        upstream_run_id=row.get("upstream_run_id"),
     )
+
+
+def params_to_db(params: Mapping[str, Any] | None) -> str | None:
+    """Run parameters as stored (compact JSON, sorted keys; NULL for none)."""
+    if not params:
+        return None
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def params_from_db(value: str | None) -> dict[str, Any] | None:
+    """Stored run parameters (None for none, or for anything but a JSON object: a row
+    edited by hand)."""
+    if not value:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data else None
 
 
 def session_from_row(row: Row, running: tuple[str, ...] = ()) -> Session:

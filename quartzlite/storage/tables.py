@@ -132,12 +132,28 @@ jobs = Table(
     # Names of the job's exclusion calendars (ql_calendars.name), sorted, comma-joined;
     # '' = none (added by 0007, hence last).
     Column("calendars", String(1040), nullable=False, server_default=text("''")),
+    # The status of the job's last run that ended with a known outcome (succeeded,
+    # failed, timed_out, killed), set by the results transaction: a success after a
+    # failure is a run.recovered event. NULL: none yet (added by 0011, hence last).
+    Column("last_outcome", String(16), nullable=True),
+    # Dependencies (added by 0013, hence last). ``upstream``: the names of the jobs whose
+    # runs trigger this one, sorted, comma-joined ('' = none); ``upstream_on``: how their
+    # slot must end (quartzlite.enums.UpstreamCondition). ``has_downstream``: some live
+    # job names this one upstream; kept under the job lock by the writes that add or
+    # remove a dependency, and read by the results transaction, which looks for the
+    # downstream jobs to trigger only then.
+    Column("upstream", String(1040), nullable=False, server_default=text("''")),
+    Column("upstream_on", String(16), nullable=False, server_default=text("'success'")),
+    Column("has_downstream", Boolean, nullable=False, server_default=text("0")),
     UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
     # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
     Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),
     # Compensation, expiry and kill: what a session owns.
     Index("ix_ql_jobs_owner", "owner_session", "state"),
     Index("ix_ql_jobs_name", "name"),
+    # The jobs with upstream jobs (upstream > ''): finding a job's downstream jobs reads
+    # those only (a prefix: the column is longer than an index key may be).
+    Index("ix_ql_jobs_upstream", "upstream", mysql_length=64),
     **_TABLE_ARGS,
 )
 
@@ -162,6 +178,13 @@ runs = Table(
     Column("exit_code", Integer, nullable=True),
     Column("output", MEDIUMTEXT, nullable=True),
     Column("error", Text, nullable=True),
+    # The parameters the slot was triggered with: a JSON object copied from its
+    # ql_requests row by the fire transaction (every attempt of the slot gets them);
+    # NULL: none (added by 0012, hence last).
+    Column("params", Text, nullable=True),
+    # The upstream job's run whose end triggered the slot, copied from its ql_requests
+    # row like ``params``; NULL: none (added by 0013, hence last).
+    Column("upstream_run_id", BigInteger, nullable=True),
     UniqueConstraint("job_id", "planned_at", name="uq_ql_runs_job_planned"),
     Index("ix_ql_runs_job_name", "job_name", "id"),
     Index("ix_ql_runs_status", "status", "planned_at"),
@@ -169,6 +192,38 @@ runs = Table(
     # Pruning by age, and the dashboard's chart of the last hours (covering: it reads
     # lateness from the index alone).
     Index("ix_ql_runs_planned", "planned_at", "started_at"),
+    **_TABLE_ARGS,
+)
+
+#: What a slot was asked for with (added by 0012): one row per (job, slot) written by the
+#: transaction that made the slot due (a trigger with parameters: ``cause`` 'trigger'; a
+#: dependency: 'upstream', with the run that triggered it). The fire transaction joins
+#: it on (job_id, slot_at) to copy ``params`` (a JSON object, or NULL) into every run row
+#: of the slot. Pruned with the run history once the job has moved on from the slot.
+requests = Table(
+    "ql_requests",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),
+    _instant("slot_at", nullable=False),
+    Column("params", Text, nullable=True),
+    Column("cause", String(16), nullable=False),
+    Column("upstream_run_id", BigInteger, nullable=True),
+    _instant("created_at", nullable=False),
+    # Added by 0013, hence last. ``planned_at``: the instant the slot runs at (an
+    # upstream request: the upstream run's planned instant); NULL for a trigger.
+    # ``taken_at``: when a scan made the slot the job's next fire; NULL: pending (an
+    # upstream request waits for its job to be idle with nothing planned, not paused).
+    # A trigger's request is taken when written (the trigger plans the slot itself).
+    _instant("planned_at"),
+    _instant("taken_at"),
+    # The fire transaction's join, and at most one request per slot.
+    UniqueConstraint("job_id", "slot_at", name="uq_ql_requests_job_slot"),
+    # Pruning by age.
+    Index("ix_ql_requests_created", "created_at"),
+    # The scan's probe for pending requests (taken_at IS NULL): each job's oldest, by a
+    # loose index scan (one dive per job, however many wait).
+    Index("ix_ql_requests_pending", "taken_at", "job_id", "id"),
     **_TABLE_ARGS,
 )
 
@@ -234,9 +289,82 @@ audit = Table(
     Column("client_address", String(64), nullable=True),
     # A JSON object.
     Column("details", Text, nullable=False),
-    # Paging is newest first by id; these serve the job and token filters.
+    # api, ui, cli or library (quartzlite.enums.AuditSource); added by 0010, hence last.
+    Column("source", String(16), nullable=False, server_default=text("'api'")),
+    # Paging is newest first by id; these serve the job, token and source filters.
     Index("ix_ql_audit_job_name", "job_name", "id"),
     Index("ix_ql_audit_token_name", "token_name", "id"),
+    Index("ix_ql_audit_source", "source", "id"),
     Index("ix_ql_audit_recorded", "recorded_at"),
+    **_TABLE_ARGS,
+)
+
+#: Webhook subscriptions (added by 0011). ``events``: event types, comma-joined.
+#: ``secret`` is kept as it is (not hashed): it signs every delivery (HMAC-SHA256).
+webhooks = Table(
+    "ql_webhooks",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("events", String(255), nullable=False),
+    Column("job_prefix", String(128), nullable=True),
+    Column("tag", String(32), nullable=True),
+    Column("secret", String(64), nullable=False),
+    Column("enabled", Boolean, nullable=False, server_default=text("1")),
+    _instant("created_at", nullable=False),
+    UniqueConstraint("name", name="uq_ql_webhooks_name"),
+    **_TABLE_ARGS,
+)
+
+#: The outbox (added by 0011): one row per event, written by the transaction that makes
+#: it happen (see quartzlite.storage.webhooks). ``payload``: the event's JSON document,
+#: completed when a node fans it out into deliveries (``fanned_out``).
+events = Table(
+    "ql_events",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("type", String(32), nullable=False),
+    _instant("occurred_at", nullable=False),
+    Column("job_id", BigInteger, nullable=True),
+    Column("job_name", String(128), nullable=True),
+    Column("run_id", BigInteger, nullable=True),
+    Column("payload", Text, nullable=True),
+    Column("fanned_out", Boolean, nullable=False, server_default=text("0")),
+    # One event per run and type: a transaction run again after a commit of unknown
+    # outcome writes no second one (NULL run ids never collide).
+    UniqueConstraint("run_id", "type", name="uq_ql_events_run_type"),
+    # The fan-out: the oldest events not fanned out yet.
+    Index("ix_ql_events_fan_out", "fanned_out", "id"),
+    # Pruning by age.
+    Index("ix_ql_events_occurred", "occurred_at"),
+    **_TABLE_ARGS,
+)
+
+#: One event's delivery to one subscription (added by 0011): its id is the delivery id
+#: receivers see on every attempt. ``claimed_by``/``claim_until``: the node session
+#: attempting it now, and until when.
+deliveries = Table(
+    "ql_deliveries",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("webhook_id", BigInteger, nullable=False),
+    Column("event_id", BigInteger, nullable=False),
+    # pending | paused | delivered | failed (quartzlite.enums.DeliveryStatus)
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    _instant("next_attempt_at"),
+    Column("claimed_by", String(64), nullable=True),
+    _instant("claim_until"),
+    Column("last_status_code", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    _instant("delivered_at"),
+    _instant("created_at", nullable=False),
+    # Once per subscription and event; also a subscription's log, newest event first.
+    UniqueConstraint("webhook_id", "event_id", name="uq_ql_deliveries_webhook_event"),
+    # The claim: due pending deliveries, earliest first.
+    Index("ix_ql_deliveries_due", "status", "next_attempt_at"),
+    # Pruning (deliveries of old events).
+    Index("ix_ql_deliveries_event", "event_id"),
     **_TABLE_ARGS,
 )

@@ -128,12 +128,15 @@ def fire(conn: Connection, *, job_ids: Sequence[int], fire_ids: Sequence[str],
 def result(conn: Connection, values: Sequence[Mapping[str, Any]]) -> None:
     """executing -> idle for a batch of recorded outcomes, each with its own next fire:
     ``values`` = {id, fire_id, last_ended_at, next_fire_at, next_slot_at, next_attempt,
-    runs_done} (``runs_done``: the job's count of slots run, this one included when it
-    counts, read under the row's lock). Guard: still executing under the same fire id
-    (a job whose run was abandoned and taken over meanwhile is left alone)."""
+    runs_done, last_outcome} (``runs_done``: the job's count of slots run, this one
+    included when it counts, read under the row's lock; ``last_outcome``: the status of
+    the job's last run with a known outcome, this one's when it has one). Guard: still
+    executing under the same fire id (a job whose run was abandoned and taken over
+    meanwhile is left alone)."""
     update_from_rows(
         conn, "ql_jobs", values, match=("id", "fire_id"),
-        assign=("last_ended_at", "next_fire_at", "next_slot_at", "next_attempt", "runs_done"),
+        assign=("last_ended_at", "next_fire_at", "next_slot_at", "next_attempt", "runs_done",
+                "last_outcome"),
         constants=(
             "t.state = 'idle', t.owner_session = NULL, t.fire_id = NULL, "
             "t.prepared_at = NULL, t.kill_requested = 0"

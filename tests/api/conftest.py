@@ -21,12 +21,13 @@ def app(client: SchedulerClient) -> Flask:
 
 @pytest.fixture
 def admin_secret(client: SchedulerClient) -> str:
-    return client.create_token("ops-admin", "admin")[1]
+    # Set-up, not under test: kept out of the audit trail the tests read.
+    return client.auditing(audit=False).create_token("ops-admin", "admin")[1]
 
 
 @pytest.fixture
 def viewer_secret(client: SchedulerClient) -> str:
-    return client.create_token("ops-viewer", "viewer")[1]
+    return client.auditing(audit=False).create_token("ops-viewer", "viewer")[1]
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from .support import Api, job_body
+from quartzlite.client import SchedulerClient
+
+from .support import Api, assert_error, job_body
 
 pytestmark = pytest.mark.db
 
@@ -77,3 +79,30 @@ def test_the_audit_trail_pages_and_filters(api: Api, viewer: Api) -> None:
     assert [e["job"] for e in _entries(api, "?token=ops-viewer")] == ["j0"]
     assert len(_entries(api, "?since=2000-01-01T00:00:00Z")) == 6
     assert _entries(api, "?since=2999-01-01T00:00:00Z") == []
+
+
+def test_an_api_write_is_recorded_once_with_source_api(api: Api) -> None:
+    assert api.post("/api/v1/jobs", json=job_body("once")).status_code == 201
+    assert api.post("/api/v1/jobs", json=job_body("once")).status_code == 409
+
+    entries = _entries(api)
+
+    # The app's client does not audit: one entry per request, the app's.
+    assert [(e["action"], e["token"], e["source"]) for e in entries] == [
+        ("jobs.create", "ops-admin", "api"), ("jobs.create", "ops-admin", "api"),
+    ]
+    assert [e["details"].get("error") for e in entries] == ["conflict", None]  # type: ignore[attr-defined]
+
+
+def test_the_source_filter(api: Api, client: SchedulerClient) -> None:
+    api.post("/api/v1/jobs", json=job_body("from-api"))
+    client.auditing(actor="billing-service").add_job(job_body("from-library"))
+
+    by_library = _entries(api, "?source=library")
+    assert [(e["job"], e["token"], e["action"]) for e in by_library] == [
+        ("from-library", "billing-service", "job.add"),
+    ]
+    assert [e["job"] for e in _entries(api, "?source=api")] == ["from-api"]
+    assert _entries(api, "?source=cli") == []
+    assert [e["source"] for e in _entries(api)] == ["library", "api"]
+    assert_error(api.get("/api/v1/audit?source=mail"), 400, "validation_error", "source")

@@ -114,7 +114,7 @@ def test_a_database_error_answers_without_sql_or_schema_names(
             details={"mysql_error": 1366},
         )
 
-    monkeypatch.setattr(client, "add_job", broken)
+    monkeypatch.setattr(SchedulerClient, "add_job", broken)  # the app serves its own client
 
     response = api.post("/api/v1/jobs", json=job_body("leak"))
 

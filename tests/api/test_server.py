@@ -444,7 +444,7 @@ def test_every_app_response_says_nosniff_and_no_store(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(client, "list_jobs", broken)
+    monkeypatch.setattr(SchedulerClient, "list_jobs", broken)  # the app serves its own client
     responses["internal"] = api.get("/api/v1/jobs")
 
     statuses = {name: r.status_code for name, r in responses.items()}

@@ -319,9 +319,27 @@ def test_dashboard_writes_are_in_the_audit_trail_without_secrets(
     assert ("ui.job_new", "audited") in actions
     assert ("ui.job_action", "audited") in actions
     assert ("ui.login", None) in actions
+    assert {e.source.value for e in entries if e.action.startswith("ui.")} == {"ui"}
+    # Recorded once, by the app, not also by the client it serves.
+    assert [e.action for e in entries if e.job_name == "audited"] == ["ui.job_action", "ui.job_new"]
     text = repr([e.details for e in entries])
     assert admin.csrf not in text
     assert admin_secret not in text
+
+
+def test_the_audit_page_shows_and_filters_the_source(admin: Browser, client: SchedulerClient) -> None:
+    client.auditing(actor="billing-service").add_job(job_body("from-library"))
+    admin.post("/ui/job/from-library/pause")
+
+    every = admin.get("/ui/audit").text
+    library = admin.get("/ui/audit?source=library").text
+
+    assert '<td class="audit-source">library</td>' in every
+    assert '<td class="audit-source">ui</td>' in every
+    assert "billing-service" in every
+    assert library.count('class="audit-source"') == 1
+    assert '<option selected>library</option>' in library
+    assert admin.get("/ui/audit?source=mail").status_code == 400
 
 
 def test_jobs_list_filters_and_pages_through_many_jobs(admin: Browser, client: SchedulerClient) -> None:

@@ -78,7 +78,7 @@ def test_fire_moves_our_prepared_job(conn: Connection) -> None:
 def test_result_leaves_a_run_taken_over(conn: Connection) -> None:
     jid = put(conn, "executing", PEER, "peer:2:1")
     values = [{"id": jid, "fire_id": "me:1:1", "last_ended_at": NOW, "next_fire_at": NOW,
-               "next_slot_at": NOW, "next_attempt": 1, "runs_done": 1}]
+               "next_slot_at": NOW, "next_attempt": 1, "runs_done": 1, "last_outcome": "failed"}]
     transitions.result(conn, values)
     assert state(conn) == ("executing", PEER, "peer:2:1")
     assert conn.execute(select(jobs.c.runs_done).where(jobs.c.id == jid)).scalar_one() == 0
@@ -87,6 +87,8 @@ def test_result_leaves_a_run_taken_over(conn: Connection) -> None:
     assert state(conn) == ("idle", None, None)
     assert conn.execute(select(jobs.c.runs_done).where(jobs.c.id == jid)).scalar_one() == 1, (
         "the result counts the run in the same statement")
+    assert conn.execute(select(jobs.c.last_outcome).where(jobs.c.id == jid)).scalar_one() == (
+        "failed"), "and remembers its outcome (webhooks' run.recovered)"
 
 
 def test_hand_back_never_touches_a_running_job(conn: Connection) -> None:

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from quartzlite.redact import SafeFormatter, escape_controls, redact, redact_value
+from quartzlite.redact import SafeFormatter, bounded, escape_controls, redact, redact_value
 
 
 @pytest.mark.parametrize(
@@ -49,3 +49,11 @@ def test_the_log_formatter_keeps_one_record_on_one_line() -> None:
     formatter = SafeFormatter("%(levelname)s %(message)s")
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "GET %s", ("/a\r\nINFO forged",), None)
     assert formatter.format(record) == "INFO GET /a\\r\\nINFO forged"
+
+
+def test_bounded_keeps_a_small_value_masked_and_a_large_one_as_its_size_and_head() -> None:
+    assert bounded({"password": "x", "cmd": "ok"}, 100) == {"body": {"password": "***", "cmd": "ok"}}
+    large = bounded({"cmd": "y" * 500}, 100, key="params")
+    assert set(large) == {"params_bytes", "params_head"}
+    assert large["params_bytes"] > 100
+    assert large["params_head"] == '{"cmd": "' + "y" * 16

@@ -11,7 +11,8 @@ Pages are Jinja templates; htmx (vendored in ``static/``, no build step, no CDN)
 refreshes the live regions. Every response carries a Content-Security-Policy that allows
 scripts, styles and requests from this origin only: no inline script or style anywhere.
 Views call :class:`~quartzlite.client.SchedulerClient` as the API's do; the writes go
-through the API's audit trail (the action is the view's endpoint, ``ui.*``).
+through the API's audit trail (the action is the view's endpoint, ``ui.*``; the source
+``ui``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quartzlite import codec
-from quartzlite.enums import MisfirePolicy, OverrunPolicy, RecoveryPolicy
+from quartzlite.enums import MisfirePolicy, OverrunPolicy, RecoveryPolicy, UpstreamCondition
 from quartzlite.errors import ValidationError
 from quartzlite.models import JobSpec
 
@@ -35,6 +35,11 @@ FIELDS: tuple[Field, ...] = (
           placeholder="UTC"),
     Field(name="calendars", label="Calendars", kind="list",
           hint="Exclusion calendars, comma-separated."),
+    Field(name="upstream", label="Upstream jobs", kind="list",
+          hint="Jobs whose runs trigger this one, comma-separated (schedule @manual)."),
+    Field(name="upstream_on", label="Run when upstream", kind="select",
+          choices=tuple(c.value for c in UpstreamCondition),
+          hint="How an upstream run must end: success, failure or completion."),
     Field(name="command", label="Shell command", kind="textarea",
           hint="Run with bash -c. Give this or a callable."),
     Field(name="callable", label="Python callable", hint="package.module:function",

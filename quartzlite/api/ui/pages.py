@@ -18,7 +18,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from quartzlite.client import LAST_STATUSES
-from quartzlite.enums import JobState, RunStatus
+from quartzlite.enums import AuditSource, JobState, RunStatus
 from quartzlite.errors import Conflict, Forbidden, NotFound, QuartzliteError, ValidationError
 from quartzlite.models import Job, Page, Run, Session
 
@@ -265,10 +265,11 @@ def run(run_id: int) -> Rendered:
 def audit() -> Rendered:
     if not session.is_admin():
         raise Forbidden("the audit trail is for admin tokens", details={"required": "admin"})
-    filters = {k: _text_arg(k) for k in ("job", "token")}
+    filters = {k: _text_arg(k) for k in ("job", "token", "source")}
     page = get_client().list_audit(job=filters["job"], token=filters["token"], limit=PAGE_SIZE,
-                                   cursor=_text_arg("cursor"))
-    return _render("ui/audit.html", page=page, filters=filters, **_pager("ui.audit", filters, page))
+                                   source=filters["source"], cursor=_text_arg("cursor"))
+    return _render("ui/audit.html", page=page, filters=filters,
+                   sources=[s.value for s in AuditSource], **_pager("ui.audit", filters, page))
 
 
 def error_page(error: QuartzliteError) -> Response | tuple[str, int]:

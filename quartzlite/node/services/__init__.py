@@ -6,6 +6,7 @@ from quartzlite.node.services.firer import Firer
 from quartzlite.node.services.heartbeat import Heartbeat
 from quartzlite.node.services.janitor import Janitor
 from quartzlite.node.services.killer import Killer
+from quartzlite.node.services.output import LiveOutput
 from quartzlite.node.services.results import Results
 from quartzlite.node.services.scanner import Scanner
 from quartzlite.node.services.spawner import Spawner
@@ -13,5 +14,5 @@ from quartzlite.node.services.starter import Starter
 from quartzlite.node.services.watch import Watch
 from quartzlite.node.services.watchdog import Watchdog
 
-__all__ = ["Compensator", "Expirer", "Firer", "Heartbeat", "Janitor", "Killer", "Results",
-           "Scanner", "Spawner", "Starter", "Watch", "Watchdog"]
+__all__ = ["Compensator", "Expirer", "Firer", "Heartbeat", "Janitor", "Killer", "LiveOutput",
+           "Results", "Scanner", "Spawner", "Starter", "Watch", "Watchdog"]

@@ -1,5 +1,6 @@
-"""The janitor: prunes run history past ``history_retention_s`` and the API's audit trail
-past ``audit_retention_s``, a minute after start and then hourly."""
+"""The janitor: prunes run history (and webhook events with their delivery log) past
+``history_retention_s`` and the API's audit trail past ``audit_retention_s``, a minute
+after start and then hourly."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from quartzlite.node.services.base import NodeService
 from quartzlite.storage.jobs import JobStore
+from quartzlite.storage.webhooks import WebhookStore
 
 if TYPE_CHECKING:
     from quartzlite.node.node import Node
@@ -47,6 +49,12 @@ class Janitor(NodeService):
                     pruned.before.isoformat(), pruned.runs, pruned.jobs,
                     extra={"action": "history_pruned"},
                 )
+            # Webhook events and their delivery log go with the run history.
+            events, sent = WebhookStore(node.db).prune(
+                node.config.history_retention_s, stop=node.fenced)
+            if events or sent:
+                log.info("pruned %d webhook event(s) and %d delivery(ies)", events, sent,
+                         extra={"action": "webhook_events_pruned"})
         if node.config.audit_retention_s:
             entries, before = store.prune_audit(node.config.audit_retention_s, stop=node.fenced)
             if entries:

@@ -2,7 +2,8 @@
 the earliest due job, the expirer at the oldest peer's deadline, and the compensator
 when what the database says we own and what memory holds disagree; and, when the job
 lock's version moved (a management write: jobs or calendars), reads the exclusion
-calendars again (one SELECT of a small table) and swaps them into the planner."""
+calendars again (one SELECT of a small table) and swaps them into the planner. It also
+schedules the webhooks thread when a delivery is due or an event waits for its fan-out."""
 
 from __future__ import annotations
 
@@ -47,4 +48,6 @@ class Watch(NodeService):
             node.expirer.schedule((deadline - seen.db_now).total_seconds() + 0.005)
         if seen.owned_jobs != node.owned.count():
             node.compensator.schedule(0.2)  # a transition may be committing right now
+        if seen.webhooks_due is not None:
+            node.webhooks.schedule((seen.webhooks_due - seen.db_now).total_seconds())
         return None

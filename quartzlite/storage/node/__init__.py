@@ -28,17 +28,18 @@ from quartzlite.storage.node.base import (
     Watch,
 )
 from quartzlite.storage.node.firing import Firing
+from quartzlite.storage.node.output import LiveOutput, LiveTail
 from quartzlite.storage.node.recovery import Recovery
 from quartzlite.storage.node.results import Results
 from quartzlite.storage.node.scanning import Scanning
 from quartzlite.storage.node.sessions import Sessions
 
 
-class NodeStore(Sessions, Scanning, Firing, Results, Recovery):
+class NodeStore(Sessions, Scanning, Firing, Results, Recovery, LiveOutput):
     """The node's SQL, one part per concern (sessions, scanning, firing, results,
-    recovery); see the module docstring."""
+    recovery, live output); see the module docstring."""
 
 
-__all__ = ["Beat", "Completed", "LockStats", "NodeStore", "Owned", "Planner", "Scan", "SpecCache",
-           "StartCheck",
+__all__ = ["Beat", "Completed", "LiveTail", "LockStats", "NodeStore", "Owned", "Planner", "Scan",
+           "SpecCache", "StartCheck",
            "Watch"]

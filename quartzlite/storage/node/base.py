@@ -29,8 +29,11 @@ log = logging.getLogger("quartzlite.storage.node")
 class Planner(Protocol):
     """The node's scheduling decisions, called inside transactions (pure functions)."""
 
-    def misfire(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
-        """A job found with slot ``slot_at`` later than its misfire grace."""
+    def misfire(
+        self, spec: JobSpec, slot_at: datetime, now: datetime, planned: datetime | None = None
+    ) -> Reschedule:
+        """A job found with slot ``slot_at`` (planned at ``planned``) later than its
+        misfire grace; a ``@manual`` job's slot fires as planned, however late."""
 
     def after_run(
         self, spec: JobSpec, finished: Finished, now: datetime, runs_done: int = 0
@@ -110,7 +113,8 @@ SPEC_COLUMNS = [
     jobs.c.tags, jobs.c.start_at, jobs.c.end_at, jobs.c.max_runs, jobs.c.jitter_s,
     jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
     jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
-    jobs.c.runs_done, jobs.c.calendars,
+    jobs.c.runs_done, jobs.c.calendars, jobs.c.upstream, jobs.c.upstream_on,
+    jobs.c.has_downstream,
 ]
 
 #: What the scanner reads of each due job: its definition comes from the node's
@@ -120,10 +124,11 @@ SCAN_COLUMNS = [
     jobs.c.next_slot_at, jobs.c.next_attempt,
 ]
 
-#: What the results transaction reads of each job (its definition likewise).
+#: What the results transaction reads of each job (its definition likewise);
+#: ``has_downstream``: whether a run's end may trigger other jobs.
 RESULT_COLUMNS = [
     jobs.c.id, jobs.c.name, jobs.c.state, jobs.c.fire_id, jobs.c.owner_session,
-    jobs.c.updated_at, jobs.c.runs_done,
+    jobs.c.updated_at, jobs.c.runs_done, jobs.c.last_outcome, jobs.c.has_downstream,
 ]
 
 
@@ -154,6 +159,9 @@ class Watch:
     earliest_due: datetime | None
     #: The job lock's version: every management write (jobs and calendars) moves it.
     jobs_version: int = 0
+    #: When the webhooks thread has work: the earliest pending delivery's next attempt,
+    #: or now when an event waits to be fanned out (None: nothing).
+    webhooks_due: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, insert, literal, select
+from sqlalchemy import and_, func, insert, literal, select
 from sqlalchemy.engine import Connection
 
 from quartzlite.clock import utc
@@ -22,7 +22,7 @@ from quartzlite.storage.node.base import (
     StartCheck,
     StoreBase,
 )
-from quartzlite.storage.tables import jobs, runs
+from quartzlite.storage.tables import jobs, requests, runs
 
 log = logging.getLogger("quartzlite.storage.node")
 
@@ -98,11 +98,18 @@ class Firing(StoreBase):
         instant, slot and attempt): nothing per row crosses the wire. IGNORE: the UNIQUE
         (job_id, planned_at) key refuses a second run of a slot (:meth:`_match_runs`
         sees whose row it is). No started_at: the run has not started (it may never);
-        its result writes when it did."""
+        its result writes when it did. The slot's request, if any (a trigger with
+        parameters), is joined on (job_id, slot_at) through its UNIQUE key: its params go
+        into the row of every attempt of the slot, at no extra statement, and so does
+        the upstream run whose end requested the slot (dependencies)."""
+        slot_at = func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at)
         source = select(
-            jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at,
-            func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at), jobs.c.next_attempt,
-            literal(session_id), literal(self.node_name), literal(RunStatus.RUNNING.value),
+            jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at, slot_at,
+            jobs.c.next_attempt, literal(session_id), literal(self.node_name),
+            literal(RunStatus.RUNNING.value), requests.c.params, requests.c.upstream_run_id,
+        ).select_from(
+            jobs.outerjoin(requests, and_(requests.c.job_id == jobs.c.id,
+                                          requests.c.slot_at == slot_at))
         ).where(
             jobs.c.id.in_([p.job_id for p in to_fire]),
             jobs.c.fire_id.in_([p.fire_id for p in to_fire]),
@@ -111,7 +118,7 @@ class Firing(StoreBase):
         conn.execute(
             insert(runs).prefix_with("IGNORE").from_select(
                 ["job_id", "job_name", "fire_id", "planned_at", "slot_at", "attempt",
-                 "session_id", "node", "status"],
+                 "session_id", "node", "status", "params", "upstream_run_id"],
                 source,
             )
         )
@@ -120,11 +127,13 @@ class Firing(StoreBase):
     def _match_runs(
         conn: Connection, to_fire: Sequence[Prepared], now: datetime
     ) -> tuple[list[Fired], list[Prepared]]:
-        """Each fired job's run row: ours (fired), or another fire's (a duplicate slot)."""
+        """Each fired job's run row: ours (fired, with the slot's parameters), or another
+        fire's (a duplicate slot)."""
         stored = {
             (r["job_id"], utc(r["planned_at"])): r
             for r in conn.execute(
-                select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id).where(
+                select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id,
+                       runs.c.params).where(
                     runs.c.job_id.in_([p.job_id for p in to_fire]),
                     runs.c.planned_at.in_({rows.to_db(p.planned_at) for p in to_fire}),
                 )
@@ -137,7 +146,9 @@ class Firing(StoreBase):
             if run is None or run["fire_id"] != p.fire_id:
                 duplicates.append(p)
             else:
-                fired.append(Fired(prepared=p, run_id=run["id"], fired_at=now))
+                params = run["params"]
+                fired.append(Fired(prepared=p, run_id=run["id"], fired_at=now,
+                                   params=None if params is None else rows.params_from_db(params)))
         return fired, duplicates
 
     def _refuse_duplicates(

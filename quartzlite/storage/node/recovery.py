@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
@@ -13,6 +15,7 @@ from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.models import Prepared
 from quartzlite.storage import rows, transitions
+from quartzlite.storage.dependencies import EndedSlot, ends_slot, request_downstream
 from quartzlite.storage.engine import Tx
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
@@ -22,6 +25,7 @@ from quartzlite.storage.node.base import (
     StoreBase,
 )
 from quartzlite.storage.tables import jobs, runs, sessions
+from quartzlite.storage.webhooks import record_node_expired, record_run_events
 
 log = logging.getLogger("quartzlite.storage.node")
 
@@ -126,14 +130,12 @@ class Recovery(StoreBase):
             self.lock(t.conn, "job")
             now = db_now(t.conn)
             cutoff = now - timedelta(seconds=session_timeout_s)
-            dead = [
-                r[0]
-                for r in t.conn.execute(
-                    select(sessions.c.id).where(
-                        sessions.c.heartbeat_at < rows.to_db(cutoff), sessions.c.id != session_id
-                    )
+            expired = t.conn.execute(
+                select(sessions).where(
+                    sessions.c.heartbeat_at < rows.to_db(cutoff), sessions.c.id != session_id
                 )
-            ]
+            ).mappings().all()
+            dead = [r["id"] for r in expired]
             # Jobs owned by a session row that no longer exists (deleted by hand, say)
             # are recovered the same way.
             dead += [r[0] for r in t.conn.execute(self._orphan_owners().limit(100))]
@@ -154,6 +156,13 @@ class Recovery(StoreBase):
             executing = [r for r in owned if r["state"] == JobState.EXECUTING.value]
             if executing:
                 self._recover(t.conn, executing, now, planner, reason="its node's session expired")
+            # node.expired, in this transaction (a retry finds the sessions gone).
+            record_node_expired(
+                t.conn, expired,
+                abandoned=Counter(r["owner_session"] for r in executing),
+                handed_back=Counter(r["owner_session"] for r in owned
+                                    if r["state"] == JobState.PREPARED.value),
+            )
             t.conn.execute(delete(sessions).where(sessions.c.id.in_(dead)))
             log.warning(
                 "expired %d session(s) %s: %d prepared job(s) handed back, %d run(s) abandoned",
@@ -169,8 +178,13 @@ class Recovery(StoreBase):
         *, reason: str,
     ) -> None:
         """Close the running runs of these executing jobs as abandoned, then move each
-        job on per its recovery policy (rerun the slot, or skip to the next)."""
+        job on per its recovery policy (rerun the slot, or skip to the next). A slot the
+        job moves on from ended abandoned: its downstream jobs that run on failure or
+        completion are requested, in this transaction."""
         poisoned: list[tuple[RowMapping, BaseException]] = []
+        abandoned: list[int] = []
+        all_missed: list[dict[str, Any]] = []
+        ended: list[EndedSlot] = []
         for row in executing:
             try:
                 spec = rows.spec_from_row(row)
@@ -193,6 +207,7 @@ class Recovery(StoreBase):
                         error=f"abandoned: {reason}; recovery policy {spec.recovery_policy.value}",
                     )
                 )
+                abandoned.append(run.id)
             try:
                 self._fresh_calendars(conn, planner, [spec])
                 plan = planner.recover(spec, slot_at, attempt, now, row["runs_done"])
@@ -202,7 +217,17 @@ class Recovery(StoreBase):
             missed = self._missed_rows(row["id"], spec.name, plan)
             if missed:
                 conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+                all_missed.extend(missed)
+            if run is not None and row["has_downstream"] and ends_slot(
+                slot_at, plan.slot_at, plan.planned_at
+            ):
+                ended.append(EndedSlot(job_name=spec.name, run_id=run.id, slot_at=slot_at,
+                                       planned_at=utc(run.planned_at),
+                                       status=RunStatus.ABANDONED))
             transitions.abandon(conn, job_id=row["id"], fire_id=row["fire_id"],
                                 planned_at=plan.planned_at, slot_at=plan.slot_at, attempt=plan.attempt,
                                 runs_done=row["runs_done"] + (1 if plan.counted else 0))
+        # run.abandoned and run.missed, in this transaction (one statement).
+        record_run_events(conn, run_ids=abandoned, missed=all_missed)
+        request_downstream(conn, ended, now)
         self._quarantine(conn, poisoned, now)

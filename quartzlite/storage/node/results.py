@@ -9,10 +9,11 @@ from typing import Any
 from sqlalchemy import insert, select
 
 from quartzlite.clock import utc
-from quartzlite.enums import JobState
+from quartzlite.enums import JobState, RunStatus
 from quartzlite.models import Finished, Fired, Prepared
 from quartzlite.storage import rows, transitions
 from quartzlite.storage.batch import update_from_rows
+from quartzlite.storage.dependencies import EndedSlot, ends_slot, request_downstream
 from quartzlite.storage.engine import RetryPolicy, Tx
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
@@ -23,8 +24,16 @@ from quartzlite.storage.node.base import (
     StoreBase,
 )
 from quartzlite.storage.tables import jobs, runs
+from quartzlite.storage.webhooks import EVENT_STATUSES, record_run_events
 
 log = logging.getLogger("quartzlite.storage.node")
+
+#: Outcomes that say how a job's run went (``ql_jobs.last_outcome``); abandoned and
+#: cancelled runs say nothing about the job, and keep the one before.
+KNOWN_OUTCOMES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT,
+                            RunStatus.KILLED})
+#: A success after one of these is ``run.recovered``.
+FAILURES = frozenset({RunStatus.FAILED.value, RunStatus.TIMED_OUT.value})
 
 
 class Results(StoreBase):
@@ -67,8 +76,17 @@ class Results(StoreBase):
             run_values: list[dict[str, Any]] = []
             job_values: list[dict[str, Any]] = []
             missed: list[dict[str, Any]] = []
+            # Webhook events (see quartzlite.storage.webhooks): outcomes that may be one,
+            # and successes after a failure.
+            eventful: list[int] = []
+            recovered: list[int] = []
+            # Slots of jobs with downstream jobs that this batch ends (dependencies).
+            ended: list[EndedSlot] = []
             for item in finished:
                 p = item.fired.prepared
+                status = item.outcome.status
+                if status in EVENT_STATUSES:
+                    eventful.append(item.fired.run_id)
                 run_values.append(
                     {
                         "id": item.fired.run_id, "fire_id": p.fire_id,
@@ -94,6 +112,12 @@ class Results(StoreBase):
                     poisoned.append((row, error))
                     continue
                 missed.extend(self._missed_rows(p.job_id, spec.name, plan))
+                if row["has_downstream"] and ends_slot(p.slot_at, plan.slot_at, plan.planned_at):
+                    ended.append(EndedSlot(job_name=spec.name, run_id=item.fired.run_id,
+                                           slot_at=p.slot_at, planned_at=p.planned_at,
+                                           status=status))
+                if status is RunStatus.SUCCEEDED and row["last_outcome"] in FAILURES:
+                    recovered.append(item.fired.run_id)
                 job_values.append(
                     {
                         "id": p.job_id, "fire_id": p.fire_id,
@@ -101,6 +125,9 @@ class Results(StoreBase):
                         **self._next_values(plan),
                         # Read under this row's lock: no other writer counts its runs.
                         "runs_done": row["runs_done"] + (1 if plan.counted else 0),
+                        "last_outcome": (
+                            status.value if status in KNOWN_OUTCOMES else row["last_outcome"]
+                        ),
                     }
                 )
             # One statement per table for the whole batch (not one per run): the job
@@ -113,8 +140,16 @@ class Results(StoreBase):
             transitions.result(t.conn, job_values)
             if missed:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+            # In this transaction: an event exists exactly when its outcome does. One
+            # statement, and none for a batch with nothing to tell.
+            record_run_events(t.conn, run_ids=eventful, recovered=recovered, missed=missed)
             self._quarantine(t.conn, poisoned, now)
             upcoming = [v["next_fire_at"] for v in job_values if v["next_fire_at"] is not None]
+            # The downstream runs of the slots that ended, in this transaction: a node
+            # that dies once it committed leaves them requested. No statement for a
+            # batch without a job that has downstream jobs (the usual case).
+            if ended and request_downstream(t.conn, ended, now):
+                upcoming.append(rows.to_db(now))  # the scanner takes them at once
             return Completed(next_due=utc(min(upcoming)) if upcoming else None, db_now=now)
 
         # A short deadline: the caller holds the node mutex; it keeps the results and

@@ -15,6 +15,7 @@ from quartzlite.enums import JobState
 from quartzlite.errors import Fenced
 from quartzlite.models import Prepared
 from quartzlite.storage import rows, transitions
+from quartzlite.storage.dependencies import take_requests
 from quartzlite.storage.engine import Tx
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
@@ -25,6 +26,7 @@ from quartzlite.storage.node.base import (
     StoreBase,
 )
 from quartzlite.storage.tables import jobs, runs, sessions
+from quartzlite.storage.webhooks import record_run_events
 
 log = logging.getLogger("quartzlite.storage.node")
 
@@ -51,6 +53,9 @@ class Scanning(StoreBase):
                 raise Fenced("our session is gone: peers expired it")
             now = db_now(t.conn)
             horizon = now + timedelta(seconds=look_ahead_s)
+            # Slots requested by upstream jobs' ends become their jobs' next fire (one
+            # indexed probe when none waits): the due query below prepares them.
+            take_requests(t.conn, tag_sets, limit)
             found = t.conn.execute(
                 select(*SCAN_COLUMNS)
                 .where(*self._due_filter(tag_sets), jobs.c.next_fire_at <= rows.to_db(horizon))
@@ -76,7 +81,9 @@ class Scanning(StoreBase):
                         # is skipped, not run nor missed; else a late one misfires.
                         plan = planner.excluded(spec, slot_at, now)
                         if plan is None and planned_at < now - timedelta(seconds=spec.misfire_grace_s):
-                            plan = planner.misfire(spec, slot_at, now)
+                            plan = planner.misfire(spec, slot_at, now, planned_at)
+                            if (plan.planned_at, plan.slot_at, plan.missed) == (planned_at, slot_at, ()):
+                                plan = None  # fires as planned, however late (@manual)
                     if plan is not None:
                         missed.extend(self._missed_rows(row["id"], spec.name, plan))
                         moved.append(self._reschedule_values(row["id"], plan))
@@ -96,6 +103,7 @@ class Scanning(StoreBase):
                 self._reschedule(t.conn, moved)
             if missed:
                 t.conn.execute(insert(runs).prefix_with("IGNORE"), missed)
+                record_run_events(t.conn, missed=missed)  # run.missed, in this transaction
             self._quarantine(t.conn, poisoned, now)
             if result:
                 transitions.prepare(t.conn, job_ids=[p.job_id for p in result],

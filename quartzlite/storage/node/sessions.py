@@ -10,8 +10,9 @@ from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.engine import Connection
 
 from quartzlite.clock import utc
-from quartzlite.enums import JobState
+from quartzlite.enums import DeliveryStatus, JobState
 from quartzlite.storage import rows
+from quartzlite.storage.dependencies import pending_due
 from quartzlite.storage.engine import RetryPolicy, Tx, server_of
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
@@ -19,7 +20,7 @@ from quartzlite.storage.node.base import (
     StoreBase,
     Watch,
 )
-from quartzlite.storage.tables import jobs, locks, sessions
+from quartzlite.storage.tables import deliveries, events, jobs, locks, sessions
 
 log = logging.getLogger("quartzlite.storage.node")
 
@@ -79,7 +80,8 @@ class Sessions(StoreBase):
         """One autocommitted SELECT (a consistent read: it never waits on a lock), every
         poll interval: the oldest peer heartbeat, orphaned and owned job counts, the
         earliest due job this node may run, and the job lock's version (management writes
-        move it: the node then reads the calendars again). Every part is an index lookup: the cost does not grow with the
+        move it: the node then reads the calendars again), and when the webhooks thread
+        has work. Every part is an index lookup: the cost does not grow with the
         number of jobs."""
         peers = (
             select(func.min(sessions.c.heartbeat_at))
@@ -99,17 +101,35 @@ class Sessions(StoreBase):
             .scalar_subquery()
         )
         earliest = select(func.min(jobs.c.next_fire_at)).where(*self._due_filter(tag_sets)).scalar_subquery()
+        # A request an upstream job's end left for a job this node may run, and may take
+        # now (ix_ql_requests_pending): the scanner is due at once (it takes them).
+        pending = pending_due(tag_sets)
         version = select(locks.c.version).where(locks.c.name == "job").scalar_subquery()
-        query = select(func.now(6), peers, orphans, owned, earliest, version)
+        # Webhooks: the earliest pending delivery (ix_ql_deliveries_due) and whether an
+        # event waits for its fan-out (ix_ql_events_fan_out): one index dive each.
+        delivery_due = (
+            select(func.min(deliveries.c.next_attempt_at))
+            .where(deliveries.c.status == DeliveryStatus.PENDING.value)
+            .scalar_subquery()
+        )
+        unfanned = select(func.min(events.c.id)).where(events.c.fanned_out.is_(False)).scalar_subquery()
+        query = select(func.now(6), peers, orphans, owned, earliest, version, delivery_due, unfanned,
+                       pending)
 
         def run(conn: Connection) -> Watch:
-            now, oldest, orphaned, mine, due, moved = conn.execute(query).one()
+            now, oldest, orphaned, mine, due, moved, delivery, fan_out, waiting = (
+                conn.execute(query).one()
+            )
+            webhooks_due = now if fan_out is not None else delivery
+            if waiting is not None and (due is None or waiting < due):
+                due = waiting
             return Watch(
                 db_now=utc(now),
                 oldest_peer_heartbeat=None if oldest is None else utc(oldest),
                 orphaned_jobs=int(orphaned or 0), owned_jobs=int(mine or 0),
                 earliest_due=None if due is None else utc(due),
                 jobs_version=int(moved or 0),
+                webhooks_due=None if webhooks_due is None else utc(webhooks_due),
             )
 
         return self.db.read(run, retry=RetryPolicy(deadline_s=0), name="watch")
