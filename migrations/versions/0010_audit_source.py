@@ -2,7 +2,7 @@
 
 Revision ID: 0010
 Revises: 0009
-Create Date: 2026-11-25
+Create Date: 2026-11-24
 
 Every change is audited, whichever way it came: ``source`` says which (``api``: the
 HTTP API, ``ui``: the dashboard, ``cli``: the ``quartzlite`` command, ``library``:

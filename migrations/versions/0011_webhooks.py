@@ -2,7 +2,7 @@
 
 Revision ID: 0011
 Revises: 0010
-Create Date: 2026-11-28
+Create Date: 2026-11-24
 
 ``ql_events``: the outbox. The transaction that makes an event happen (a run recorded
 failed, timed out, abandoned or missed, a run recovered after a failure, a node's

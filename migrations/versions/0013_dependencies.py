@@ -3,7 +3,7 @@ taken_at; ql_runs.upstream_run_id
 
 Revision ID: 0013
 Revises: 0012
-Create Date: 2026-12-03
+Create Date: 2026-11-24
 
 ``ql_jobs.upstream``: the names of the jobs whose runs trigger this one, sorted and
 comma-joined (as ``calendars``); ``upstream_on``: how their slot must end (success,
