@@ -11,6 +11,8 @@ from typing import Any
 from sqlalchemy import create_engine, func, insert, pool, select, update
 from sqlalchemy.engine import Connection
 
+from quartzlite.storage.engine import Database
+from quartzlite.storage.node import NodeStore
 from quartzlite.storage.tables import jobs, locks, runs
 
 
@@ -24,6 +26,17 @@ def connect(url: str) -> Iterator[Connection]:
             yield conn
     finally:
         engine.dispose()
+
+
+def registered_store(url: str, session_id: str) -> Iterator[NodeStore]:
+    """A node's store (node ``test:1``) with its session registered, for a fixture to
+    ``yield from``; afterwards its pool has nothing checked out."""
+    db = Database(url)
+    store = NodeStore(db, node_name="test:1")
+    store.register(session_id=session_id, host="test", pid=1, capacity=100, tags=(), version="t")
+    yield store
+    assert db.checked_out() == 0
+    db.dispose()
 
 
 def naive(value: datetime) -> datetime:

@@ -13,9 +13,8 @@ import pytest
 from quartzlite.client import SchedulerClient
 from quartzlite.errors import Conflict, NotFound, ValidationError
 from quartzlite.node.planning import SchedulePlanner
-from quartzlite.storage.engine import Database
 from quartzlite.storage.node import NodeStore
-from tests.integration.dbtools import job_lock_version, naive, set_job
+from tests.integration.dbtools import job_lock_version, naive, registered_store, set_job
 
 pytestmark = pytest.mark.db
 
@@ -151,11 +150,7 @@ def test_calendars_that_exclude_every_slot_are_refused(client: SchedulerClient) 
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[NodeStore]:
-    db = Database(db_url)
-    found = NodeStore(db, node_name="test:1")
-    found.register(session_id=SESSION, host="test", pid=1, capacity=100, tags=(), version="t")
-    yield found
-    db.dispose()
+    yield from registered_store(db_url, SESSION)
 
 
 def test_a_planned_slot_a_replaced_calendar_excludes_is_skipped_not_run_nor_missed(

@@ -19,11 +19,10 @@ from quartzlite.errors import Conflict, ValidationError
 from quartzlite.models import Finished, Fired, Outcome
 from quartzlite.node.planning import SchedulePlanner
 from quartzlite.storage import dependencies
-from quartzlite.storage.engine import Database
 from quartzlite.storage.jobs import JobStore
 from quartzlite.storage.node import NodeStore
 from quartzlite.storage.node import results as results_module
-from tests.integration.dbtools import connect, set_job
+from tests.integration.dbtools import connect, registered_store, set_job
 
 pytestmark = pytest.mark.db
 
@@ -33,11 +32,7 @@ NEVER = "0 0 1 1 *"
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[NodeStore]:
-    db = Database(db_url)
-    found = NodeStore(db, node_name="test:1")
-    found.register(session_id=SESSION, host="test", pid=1, capacity=100, tags=(), version="t")
-    yield found
-    db.dispose()
+    yield from registered_store(db_url, SESSION)
 
 
 class Batches:

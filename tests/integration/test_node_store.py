@@ -13,9 +13,8 @@ from quartzlite.client import SchedulerClient
 from quartzlite.enums import JobState, OverrunPolicy, RunStatus
 from quartzlite.models import Finished, Outcome
 from quartzlite.node.planning import SchedulePlanner
-from quartzlite.storage.engine import Database
 from quartzlite.storage.node import NodeStore, SpecCache
-from tests.integration.dbtools import job_rows, naive, set_job
+from tests.integration.dbtools import job_rows, naive, registered_store, set_job
 
 pytestmark = pytest.mark.db
 
@@ -24,11 +23,7 @@ SESSION = "a" * 32
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[NodeStore]:
-    db = Database(db_url)
-    found = NodeStore(db, node_name="test:1")
-    found.register(session_id=SESSION, host="test", pid=1, capacity=100, tags=(), version="t")
-    yield found
-    db.dispose()
+    yield from registered_store(db_url, SESSION)
 
 
 def test_runs_are_fired_ahead_and_checked_at_their_instant(

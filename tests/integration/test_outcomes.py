@@ -20,6 +20,7 @@ from quartzlite.node.journal import Journal, orphaned, read_entries
 from quartzlite.node.planning import SchedulePlanner
 from quartzlite.storage.engine import Database, Tx
 from quartzlite.storage.node import NodeStore
+from tests.integration.dbtools import registered_store
 
 pytestmark = pytest.mark.db
 
@@ -28,11 +29,7 @@ SESSION = "b" * 32
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[NodeStore]:
-    db = Database(db_url)
-    found = NodeStore(db, node_name="test:1")
-    found.register(session_id=SESSION, host="test", pid=1, capacity=100, tags=(), version="t")
-    yield found
-    db.dispose()
+    yield from registered_store(db_url, SESSION)
 
 
 def fire_now(client: SchedulerClient, store: NodeStore, names: list[str], **extra: object) -> list[Fired]:

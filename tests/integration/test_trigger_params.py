@@ -17,10 +17,9 @@ from quartzlite.enums import RunStatus
 from quartzlite.errors import Conflict, ValidationError
 from quartzlite.models import Finished, Fired, Outcome
 from quartzlite.node.planning import SchedulePlanner
-from quartzlite.storage.engine import Database
 from quartzlite.storage.jobs import JobStore
 from quartzlite.storage.node import LiveTail, NodeStore
-from tests.integration.dbtools import connect, job_lock_version, job_rows
+from tests.integration.dbtools import connect, job_lock_version, job_rows, registered_store
 
 pytestmark = pytest.mark.db
 
@@ -29,11 +28,7 @@ SESSION = "c" * 32
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[NodeStore]:
-    db = Database(db_url)
-    found = NodeStore(db, node_name="test:1")
-    found.register(session_id=SESSION, host="test", pid=1, capacity=100, tags=(), version="t")
-    yield found
-    db.dispose()
+    yield from registered_store(db_url, SESSION)
 
 
 def fire_due(store: NodeStore, batch: int = 1) -> list[Fired]:

@@ -23,7 +23,7 @@ from quartzlite.storage.engine import Database
 from quartzlite.storage.node import NodeStore
 from quartzlite.storage.tables import deliveries, events, sessions
 from quartzlite.storage.webhooks import DeliveryStore, WebhookStore
-from tests.integration.dbtools import connect, naive, set_job
+from tests.integration.dbtools import connect, naive, registered_store, set_job
 
 pytestmark = pytest.mark.db
 
@@ -33,12 +33,7 @@ PEER = "b" * 32
 
 @pytest.fixture
 def store(db_url: str) -> Iterator[NodeStore]:
-    db = Database(db_url)
-    found = NodeStore(db, node_name="test:1")
-    found.register(session_id=SESSION, host="test", pid=1, capacity=100, tags=(), version="t")
-    yield found
-    assert db.checked_out() == 0
-    db.dispose()
+    yield from registered_store(db_url, SESSION)
 
 
 @pytest.fixture
