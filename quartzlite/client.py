@@ -155,43 +155,35 @@ def _choice(field: str, value: object, enum: type[E]) -> E:
     return enum(value)
 
 
-
-
-def validate_calendar_names(field: str, value: object) -> tuple[str, ...]:
-    """A list of calendar names, sorted, without repeats."""
+def _name_list(field: str, value: object, what: str, most: int) -> set[str]:
+    """A list of names of ``what`` (jobs, calendars), as a set; at most ``most``."""
     if not isinstance(value, (list, tuple)):
-        raise ValidationError(field, f"must be a list of calendar names, not {type_name(value)}")
+        raise ValidationError(field, f"must be a list of {what} names, not {type_name(value)}")
     names: set[str] = set()
     for item in value:
         if not isinstance(item, str) or not NAME_RE.fullmatch(item):
             raise ValidationError(
-                field, f"{str(item)[:60]!r} is not a calendar name (1-128 letters, digits, '.', "
+                field, f"{str(item)[:60]!r} is not a {what} name (1-128 letters, digits, '.', "
                 "'_' or '-', starting with a letter or digit)",
             )
         names.add(item)
-    if len(names) > MAX_JOB_CALENDARS:
-        raise ValidationError(field, f"at most {MAX_JOB_CALENDARS} calendars, got {len(names)}")
-    return tuple(sorted(names))
+    if len(names) > most:
+        raise ValidationError(field, f"at most {most} {what}s, got {len(names)}")
+    return names
+
+
+def validate_calendar_names(field: str, value: object) -> tuple[str, ...]:
+    """A list of calendar names, sorted, without repeats."""
+    return tuple(sorted(_name_list(field, value, "calendar", MAX_JOB_CALENDARS)))
 
 
 def validate_upstream(field: str, value: object, *, name: str) -> tuple[str, ...]:
     """The upstream jobs of job ``name``: job names, sorted, without repeats, at most
     :data:`MAX_UPSTREAM`, not ``name`` itself (that they exist, and make no cycle, is
     checked where the job is written)."""
-    if not isinstance(value, (list, tuple)):
-        raise ValidationError(field, f"must be a list of job names, not {type_name(value)}")
-    names: set[str] = set()
-    for item in value:
-        if not isinstance(item, str) or not NAME_RE.fullmatch(item):
-            raise ValidationError(
-                field, f"{str(item)[:60]!r} is not a job name (1-128 letters, digits, '.', "
-                "'_' or '-', starting with a letter or digit)",
-            )
-        names.add(item)
+    names = _name_list(field, value, "job", MAX_UPSTREAM)
     if name in names:
         raise ValidationError(field, "a job cannot be its own upstream")
-    if len(names) > MAX_UPSTREAM:
-        raise ValidationError(field, f"at most {MAX_UPSTREAM} upstream jobs, got {len(names)}")
     return tuple(sorted(names))
 
 
