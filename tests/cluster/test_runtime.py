@@ -72,6 +72,11 @@ def most_at_once(events: list[tuple[float, str, str]]) -> int:
 # (a) ---------------------------------------------------------------------------------
 
 
+#: Seconds of every-second slots the three nodes are checked over (3,000 runs at 30 s
+#: took half a minute of `make test`; 20 s still needs every node).
+WINDOW_S = 20
+
+
 def test_three_nodes_run_every_slot_exactly_once(
     db_url: str, client: SchedulerClient, tmp_path: Path
 ) -> None:
@@ -84,13 +89,13 @@ def test_three_nodes_run_every_slot_exactly_once(
         started = [start(f"n{i}", options={"prefetch": "40"}) for i in range(3)]
         wait_until(lambda: db.live_sessions() == 3, timeout=60, message="3 sessions")
         t0 = db_now(db).replace(microsecond=0) + timedelta(seconds=3)
-        t1 = t0 + timedelta(seconds=30)
+        t1 = t0 + timedelta(seconds=WINDOW_S)
         wait_until(
             lambda: db.scalar(
                 "SELECT COUNT(DISTINCT job_id) FROM ql_runs WHERE planned_at >= :t AND status <> 'running'",
                 t=t1.replace(tzinfo=None),
             ) == 100,
-            timeout=120, interval=0.5, message="every job past the 30 s window",
+            timeout=120, interval=0.5, message=f"every job past the {WINDOW_S} s window",
         )
         for node in started:
             node.signal(signal.SIGTERM)
@@ -103,7 +108,7 @@ def test_three_nodes_run_every_slot_exactly_once(
     )
     per_job = Counter(r.job_name for r in rows)
     assert len(per_job) == 100
-    assert set(per_job.values()) == {30}, per_job.most_common(3)
+    assert set(per_job.values()) == {WINDOW_S}, per_job.most_common(3)
     assert {r.status for r in rows} == {"succeeded"}
     ran = executions(log)
     window = [(j, s) for j in per_job for s in whole_seconds(t0, t1)]
@@ -115,7 +120,7 @@ def test_three_nodes_run_every_slot_exactly_once(
         "runs": len(rows), "p50_ms": percentile(lateness, 0.5) * 1000,
         "p99_ms": percentile(lateness, 0.99) * 1000, "max_ms": max(lateness) * 1000,
     }
-    print(f"\n(a) 3 nodes x 100 every-second jobs x 30 s lateness: {json.dumps(report)}")
+    print(f"\n(a) 3 nodes x 100 every-second jobs x {WINDOW_S} s lateness: {json.dumps(report)}")
     db.close()
 
 
