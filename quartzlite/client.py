@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -547,6 +548,15 @@ def _name_of(data: object) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _optional_match(field: str, value: object, pattern: re.Pattern[str], what: str) -> str | None:
+    """A string matching ``pattern`` (it must be ``what``), or None for null or ''."""
+    if value is not None and not isinstance(value, str):
+        raise ValidationError(field, f"must be a string or null, not {type_name(value)}")
+    if value and not pattern.fullmatch(value):
+        raise ValidationError(field, f"must be {what}")
+    return value or None
+
+
 def _webhook_fields(data: object, *, create: bool) -> dict[str, Any]:
     """A webhook subscription's input, checked: every key known, each value of its shape
     (``job_prefix`` and ``tag``: null or empty for none)."""
@@ -570,21 +580,15 @@ def _webhook_fields(data: object, *, create: bool) -> dict[str, Any]:
     if "events" in data:
         found["events"] = validate_events(data["events"])
     if "job_prefix" in data:
-        prefix = data["job_prefix"]
-        if prefix is not None and not isinstance(prefix, str):
-            raise ValidationError("job_prefix", f"must be a string or null, not {type_name(prefix)}")
-        if prefix and not NAME_RE.fullmatch(prefix):
-            raise ValidationError("job_prefix", "must be the start of a job name (1-128 letters, "
-                                  "digits, '.', '_' or '-', starting with a letter or digit)")
-        found["job_prefix"] = prefix or None
+        found["job_prefix"] = _optional_match(
+            "job_prefix", data["job_prefix"], NAME_RE, "the start of a job name (1-128 letters, "
+            "digits, '.', '_' or '-', starting with a letter or digit)",
+        )
     if "tag" in data:
-        tag = data["tag"]
-        if tag is not None and not isinstance(tag, str):
-            raise ValidationError("tag", f"must be a string or null, not {type_name(tag)}")
-        if tag and not TAG_RE.fullmatch(tag):
-            raise ValidationError("tag", "must be a tag (1-32 lower-case letters, digits, '_', "
-                                  "'.' or '-', starting with a letter or digit)")
-        found["tag"] = tag or None
+        found["tag"] = _optional_match(
+            "tag", data["tag"], TAG_RE, "a tag (1-32 lower-case letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit)",
+        )
     if "enabled" in data:
         if not isinstance(data["enabled"], bool):
             raise ValidationError("enabled", f"must be a boolean, not {type_name(data['enabled'])}")
