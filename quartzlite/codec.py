@@ -49,6 +49,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "calendars": list(spec.calendars),
         "upstream": list(spec.upstream),
         "upstream_on": spec.upstream_on.value,
+        "max_concurrency": spec.max_concurrency,
+        "broadcast": spec.broadcast,
     }
 
 
@@ -118,6 +120,8 @@ def run_to_dict(run: Run, *, output: bool = True) -> dict[str, Any]:
         "error": run.error,
         "params": run.params,
         "upstream_run_id": run.upstream_run_id,
+        "shard": None if run.shard is None else {"index": run.shard.index,
+                                                 "total": run.shard.total},
     }
     if output:
         data["output"] = run.output

@@ -46,7 +46,7 @@ from datetime import datetime
 from typing import Any
 
 from quartzlite.enums import RunStatus
-from quartzlite.models import Outcome
+from quartzlite.models import Outcome, Shard
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,9 @@ class RunContext:
     #: The parameters the slot was triggered with ({}: none); the callable got them
     #: merged over the job's kwargs already.
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: A broadcast run's shard: its ``index`` and the ``total`` of nodes that run the
+    #: slot (None: not a broadcast run).
+    shard: Shard | None = None
 
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

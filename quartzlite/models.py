@@ -75,6 +75,19 @@ class JobSpec:
     #: jobs has the schedule ``@manual``.
     upstream: tuple[str, ...] = ()
     upstream_on: UpstreamCondition = UpstreamCondition.SUCCESS
+    #: Up to this many runs of the job at once across the cluster, each slot still run
+    #: once (1: a run waits for the one before it, the overrun policy deciding about the
+    #: slots that came due meanwhile).
+    max_concurrency: int = 1
+    #: Every live node whose tags match the job's runs each slot: one run per node, its
+    #: shard (index and total) given to it (``QUARTZLITE_SHARD_INDEX`` and
+    #: ``QUARTZLITE_SHARD_TOTAL``; ``current_run().shard``).
+    broadcast: bool = False
+
+    @property
+    def lanes(self) -> bool:
+        """The job's runs execute on lanes (several at once, or one per node)."""
+        return self.max_concurrency > 1 or self.broadcast
 
     @property
     def target_kind(self) -> TargetKind:
@@ -159,6 +172,15 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Shard:
+    """Which part of a broadcast slot a run is: ``index`` in ``0 .. total - 1``, where
+    ``total`` is the number of live nodes that matched the job when the slot fired."""
+
+    index: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
     """One planned execution of a job (one attempt of one slot)."""
 
@@ -185,6 +207,8 @@ class Run:
     #: The run of an upstream job whose end triggered this run's slot (None: the slot
     #: was not triggered by an upstream job); every attempt of the slot has it.
     upstream_run_id: int | None = None
+    #: A broadcast run's shard (None: not a broadcast run).
+    shard: Shard | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +289,16 @@ class Prepared:
     slot_at: datetime
     attempt: int
     spec: JobSpec
+    #: A lane's (``JobSpec.lanes``): the job's own row, whose id its runs carry (None:
+    #: the job's own row is prepared).
+    parent_id: int | None = None
+    #: A broadcast lane's shard for this slot.
+    shard: Shard | None = None
+
+    @property
+    def run_job_id(self) -> int:
+        """The job id the run rows carry (a lane's runs are its job's)."""
+        return self.job_id if self.parent_id is None else self.parent_id
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

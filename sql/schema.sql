@@ -11,7 +11,7 @@
 -- then run this file in it (mysql quartzlite < sql/schema.sql). Every table states its
 -- engine and character set, so the database's defaults do not matter.
 --
--- The last statements record the schema revision (0013) in ql_alembic_version, so
+-- The last statements record the schema revision (0014) in ql_alembic_version, so
 -- that a later `quartzlite db upgrade` continues from here. The two rows of ql_locks are
 -- required: a node refuses to start without them.
 
@@ -86,12 +86,20 @@ CREATE TABLE ql_jobs (
     upstream VARCHAR(1040) NOT NULL DEFAULT '',
     upstream_on VARCHAR(16) NOT NULL DEFAULT 'success',
     has_downstream BOOL NOT NULL DEFAULT 0,
+    max_concurrency INTEGER NOT NULL DEFAULT 1,
+    broadcast BOOL NOT NULL DEFAULT 0,
+    parent_id BIGINT,
+    pinned_session VARCHAR(64),
+    shard INTEGER,
+    shard_total INTEGER,
+    saturated BOOL NOT NULL DEFAULT 0,
     PRIMARY KEY (id),
     CONSTRAINT uq_ql_jobs_active_name UNIQUE (active_name)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 CREATE INDEX ix_ql_jobs_due ON ql_jobs (state, paused, deleted, next_fire_at);
 CREATE INDEX ix_ql_jobs_name ON ql_jobs (name);
 CREATE INDEX ix_ql_jobs_owner ON ql_jobs (owner_session, state);
+CREATE INDEX ix_ql_jobs_parent ON ql_jobs (parent_id, state);
 CREATE INDEX ix_ql_jobs_upstream ON ql_jobs (upstream(64));
 
 -- ql_runs
@@ -113,8 +121,10 @@ CREATE TABLE ql_runs (
     error TEXT,
     params TEXT,
     upstream_run_id BIGINT,
+    shard INTEGER NOT NULL DEFAULT 0,
+    shard_total INTEGER,
     PRIMARY KEY (id),
-    CONSTRAINT uq_ql_runs_job_planned UNIQUE (job_id, planned_at)
+    CONSTRAINT uq_ql_runs_job_planned UNIQUE (job_id, planned_at, shard)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 CREATE INDEX ix_ql_runs_job_name ON ql_runs (job_name, id);
 CREATE INDEX ix_ql_runs_planned ON ql_runs (planned_at, started_at);
@@ -252,6 +262,6 @@ CREATE TABLE ql_alembic_version (
     version_num VARCHAR(32) NOT NULL,
     CONSTRAINT ql_alembic_version_pkc PRIMARY KEY (version_num)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
-INSERT INTO ql_alembic_version (version_num) VALUES ('0013');
+INSERT INTO ql_alembic_version (version_num) VALUES ('0014');
 
 COMMIT;

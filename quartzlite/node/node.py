@@ -681,7 +681,7 @@ class Node:
             execution.context = RunContext(
                 job=p.name, fire_id=p.fire_id, run_id=fired.run_id,
                 planned_at=p.planned_at, slot_at=p.slot_at, attempt=p.attempt,
-                params=dict(fired.params or {}),
+                params=dict(fired.params or {}), shard=p.shard,
             )
         self.owned.executing[p.job_id] = execution
         return execution

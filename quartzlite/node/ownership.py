@@ -74,6 +74,9 @@ class Execution:
                 "QUARTZLITE_SLOT_AT": p.slot_at.isoformat(),
                 "QUARTZLITE_ATTEMPT": str(p.attempt),
             }
+            if p.shard is not None:
+                self._environment["QUARTZLITE_SHARD_INDEX"] = str(p.shard.index)
+                self._environment["QUARTZLITE_SHARD_TOTAL"] = str(p.shard.total)
         return self._environment
 
     def began(self) -> None:

@@ -245,5 +245,14 @@ class SchedulePlanner:
     def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
         return self._next(spec, slot_at, now, "came due while a duplicate was refused")
 
+    def assigned(
+        self, spec: JobSpec, slot_at: datetime, now: datetime, runs_done: int = 0
+    ) -> Reschedule:
+        """A concurrent or broadcast job gave its slot ``slot_at`` to its lanes: its next
+        slot, the one given counted as one of its runs (``max_runs``). The slots that
+        passed meanwhile (its lanes were all busy) follow the misfire policy."""
+        return self._next(spec, slot_at, now, "came due while every lane of the job was busy",
+                          counted=True, runs_done=runs_done)
+
 
 __all__ = ["RECOVERY_RERUNS", "SchedulePlanner", "backoff_s", "parsed", "planned_at", "runs_left"]

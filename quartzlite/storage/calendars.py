@@ -92,7 +92,8 @@ class CalendarStore:
             users = [
                 r[0] for r in t.conn.execute(
                     select(jobs.c.name)
-                    .where(jobs.c.deleted.is_(False), func.find_in_set(name, jobs.c.calendars) > 0)
+                    .where(jobs.c.deleted.is_(False), jobs.c.parent_id.is_(None),
+                           func.find_in_set(name, jobs.c.calendars) > 0)
                     .order_by(jobs.c.name)
                     .limit(21)
                 )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.elements import TextClause
@@ -29,7 +29,7 @@ from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import Conflict, NotFound, SchemaError, TransientStoreError, ValidationError
 from quartzlite.models import Calendar, Job, JobSpec, Page, Pruned, Reschedule, Run, Session
-from quartzlite.storage import dependencies, rows, transitions
+from quartzlite.storage import dependencies, lanes, rows, transitions
 from quartzlite.storage.engine import Database, Tx
 from quartzlite.storage.tables import calendars, jobs, locks, requests, runs, sessions
 
@@ -246,7 +246,7 @@ class JobStore:
         return row
 
     def list_jobs(self, flt: JobFilter, *, limit: int, cursor: str | None) -> Page[Job]:
-        query = select(jobs).where(jobs.c.deleted.is_(False))
+        query = select(jobs).where(jobs.c.deleted.is_(False), jobs.c.parent_id.is_(None))
         if flt.state is not None:
             query = query.where(jobs.c.state == flt.state.value)
         if flt.paused is not None:
@@ -471,6 +471,7 @@ class JobStore:
             }
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
             transitions.hand_back(t.conn, jobs.c.id == existing["id"])
+            self._lanes_follow(t.conn, existing["id"], hand_back=True)
             if existing["upstream"]:
                 # Its upstream jobs may have no live downstream job left; nobody takes
                 # the requests they left pending for it.
@@ -506,6 +507,17 @@ class JobStore:
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
             existing = self._row(t.conn, name, lock=True)
+            if existing["max_concurrency"] > 1 or existing["broadcast"]:
+                # Its runs are its lanes': every one running is killed.
+                killed = t.conn.execute(
+                    update(jobs)
+                    .where(jobs.c.parent_id == existing["id"],
+                           jobs.c.state == JobState.EXECUTING.value)
+                    .values(kill_requested=True)
+                ).rowcount
+                if not killed:
+                    raise Conflict(f"job {name!r} is not running", details={"job": name})
+                return self._by_id(t.conn, existing["id"])
             if existing["state"] != JobState.EXECUTING.value:
                 raise Conflict(f"job {name!r} is not running", details={"job": name})
             t.conn.execute(
@@ -539,6 +551,7 @@ class JobStore:
             t.conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
             if paused:
                 transitions.hand_back(t.conn, jobs.c.id == existing["id"])
+            self._lanes_follow(t.conn, existing["id"], hand_back=paused)
             return self._by_id(t.conn, existing["id"])
 
         return self.db.transaction(tx, name="pause_job" if paused else "resume_job")
@@ -585,12 +598,43 @@ class JobStore:
         assert key is not None
         return self._by_id(conn, int(key[0]))
 
+    @staticmethod
+    def _lanes_follow(conn: Connection, job_id: int, *, hand_back: bool) -> None:
+        """The job's lanes (a concurrent or broadcast job's) take its definition as it
+        is now; with ``hand_back``, a prepared one goes back (it must not run as it was).
+        A running one's node sees a pause, a delete or a kill at its start check."""
+        lanes.sync(conn, job_id)
+        if hand_back:
+            transitions.hand_back(conn, jobs.c.parent_id == job_id)
+
+    @staticmethod
+    def _refuse_lane_change(conn: Connection, existing: RowMapping, old: JobSpec,
+                            spec: JobSpec) -> None:
+        """Between one run at a time and lanes (or between concurrent and broadcast), the
+        job's runs change hands: only while none is in flight. A job leaving lanes loses
+        them (all free)."""
+        if old.lanes == spec.lanes and old.broadcast == spec.broadcast:
+            return
+        found = lanes.lanes_of(conn, [existing["id"]], lock=True)[existing["id"]]
+        if existing["state"] != JobState.IDLE.value or any(lanes.busy(lane) for lane in found):
+            field = "broadcast" if old.broadcast != spec.broadcast else "max_concurrency"
+            raise Conflict(
+                f"job {spec.name!r} has a run in flight: {field} can change between one run "
+                "at a time and several only while none is (pause the job and wait for its "
+                "runs to end)", details={"job": spec.name, "field": field},
+            )
+        if found:
+            conn.execute(delete(jobs).where(jobs.c.parent_id == existing["id"]))
+
     def _replace(
         self, conn: Connection, existing: RowMapping, spec: JobSpec, planner: FirstFire,
         named: Sequence[Calendar],
     ) -> Job:
         old = rows.spec_from_row(existing)
+        self._refuse_lane_change(conn, existing, old, spec)
         values: dict[str, Any] = {**rows.spec_values(spec), "updated_at": func.now(6)}
+        if spec.lanes:
+            values["saturated"] = False  # the next scan looks at its lanes again
         if not spec.paused:
             values["error"] = None  # a quarantined job is given another chance
         timing_changed = any(getattr(old, f) != getattr(spec, f) for f in TIMING_FIELDS)
@@ -607,6 +651,8 @@ class JobStore:
             ))
             dependencies.release_taken(conn, existing)
         conn.execute(update(jobs).where(jobs.c.id == existing["id"]).values(**values))
+        self._lanes_follow(conn, existing["id"], hand_back=(
+            timing_changed or spec.paused or old.tags != spec.tags))
         dependencies.link(conn, name=spec.name, upstream=spec.upstream, before=old.upstream,
                           job_id=existing["id"])
         return self._by_id(conn, existing["id"])

@@ -17,7 +17,7 @@ from quartzlite.enums import (
     RunStatus,
     UpstreamCondition,
 )
-from quartzlite.models import Calendar, CalendarRules, Job, JobSpec, Run, Session
+from quartzlite.models import Calendar, CalendarRules, Job, JobSpec, Run, Session, Shard
 
 #: A database row as SQLAlchemy hands it over (RowMapping), or any mapping like it.
 Row = Mapping[Any, Any]
@@ -82,6 +82,8 @@ def spec_from_row(row: Row) -> JobSpec:
         calendars=split_tags(row["calendars"]),
         upstream=split_tags(row["upstream"]),
         upstream_on=UpstreamCondition(row["upstream_on"]),
+        max_concurrency=row["max_concurrency"],
+        broadcast=bool(row["broadcast"]),
     )
 
 
@@ -161,7 +163,13 @@ def run_from_row(row: Row) -> Run:
         error=row["error"],
         params=params_from_db(row.get("params")),
         upstream_run_id=row.get("upstream_run_id"),
+        shard=shard_of(row.get("shard"), row.get("shard_total")),
     )
+
+
+def shard_of(index: int | None, total: int | None) -> Shard | None:
+    """A broadcast run's (or lane's) shard; None when ``total`` is NULL."""
+    return None if total is None else Shard(index=index or 0, total=total)
 
 
 def params_to_db(params: Mapping[str, Any] | None) -> str | None:

@@ -145,6 +145,24 @@ jobs = Table(
     Column("upstream", String(1040), nullable=False, server_default=text("''")),
     Column("upstream_on", String(16), nullable=False, server_default=text("'success'")),
     Column("has_downstream", Boolean, nullable=False, server_default=text("0")),
+    # Concurrency and broadcast (added by 0014, hence last). ``max_concurrency``: up to
+    # this many runs of the job at once across the cluster (1: one at a time);
+    # ``broadcast``: every live node matching the job's tags runs each slot (its shard).
+    # Such a job's row plans the slots; its runs execute on *lanes*: hidden rows of this
+    # table (``parent_id``: the job's row; ``active_name`` NULL) that copy its definition
+    # and go idle -> prepared -> executing -> idle like any job. A lane takes one slot
+    # at a time from its job (under the job lock) and keeps it through its retries. A
+    # broadcast lane is pinned to one node's session (``pinned_session``) and carries
+    # the slot's ``shard`` and ``shard_total``. ``saturated``: every lane the job may use
+    # is busy, so its due slot waits (the due scan skips it); cleared under the job
+    # row's lock when a lane frees.
+    Column("max_concurrency", Integer, nullable=False, server_default=text("1")),
+    Column("broadcast", Boolean, nullable=False, server_default=text("0")),
+    Column("parent_id", BigInteger, nullable=True),
+    Column("pinned_session", String(64), nullable=True),
+    Column("shard", Integer, nullable=True),
+    Column("shard_total", Integer, nullable=True),
+    Column("saturated", Boolean, nullable=False, server_default=text("0")),
     UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
     # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
     Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),
@@ -154,6 +172,8 @@ jobs = Table(
     # The jobs with upstream jobs (upstream > ''): finding a job's downstream jobs reads
     # those only (a prefix: the column is longer than an index key may be).
     Index("ix_ql_jobs_upstream", "upstream", mysql_length=64),
+    # A job's lanes.
+    Index("ix_ql_jobs_parent", "parent_id", "state"),
     **_TABLE_ARGS,
 )
 
@@ -165,7 +185,8 @@ runs = Table(
     Column("job_name", String(128), nullable=False),
     Column("fire_id", String(96), nullable=True),
     # The instant this run was planned for: a schedule slot, or for a retry the
-    # instant the retry was due. UNIQUE with the job: a slot can run only once.
+    # instant the retry was due. UNIQUE with the job (and shard): a slot can run only
+    # once (once per shard for a broadcast job).
     _instant("planned_at", nullable=False),
     # The schedule slot this run belongs to (planned_at for a first attempt).
     _instant("slot_at", nullable=False),
@@ -185,7 +206,12 @@ runs = Table(
     # The upstream job's run whose end triggered the slot, copied from its ql_requests
     # row like ``params``; NULL: none (added by 0013, hence last).
     Column("upstream_run_id", BigInteger, nullable=True),
-    UniqueConstraint("job_id", "planned_at", name="uq_ql_runs_job_planned"),
+    # A broadcast run's shard (0..shard_total-1); 0 for every other run, so that the key
+    # below keeps one run per slot for them. ``shard_total``: NULL but for broadcast
+    # runs (added by 0014, hence last).
+    Column("shard", Integer, nullable=False, server_default=text("0")),
+    Column("shard_total", Integer, nullable=True),
+    UniqueConstraint("job_id", "planned_at", "shard", name="uq_ql_runs_job_planned"),
     Index("ix_ql_runs_job_name", "job_name", "id"),
     Index("ix_ql_runs_status", "status", "planned_at"),
     Index("ix_ql_runs_session", "session_id", "status"),

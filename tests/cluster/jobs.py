@@ -53,3 +53,27 @@ def span(path: str, seconds: float, spin: bool = False) -> None:
     else:
         time.sleep(seconds)
     note("end")
+
+
+def shard_span(path: str, seconds: float = 0.0) -> None:
+    """Append ``start <job> <slot> <shard> <total> <pid> <epoch>``, sleep ``seconds``, then
+    the same line as ``end``; shard and total are -1 for a run that is no broadcast's."""
+    import time
+
+    run = current_run()
+    assert run is not None
+    index, total = (run.shard.index, run.shard.total) if run.shard is not None else (-1, -1)
+
+    def note(kind: str) -> None:
+        line = (f"{kind} {run.job} {run.slot_at.isoformat()} {index} {total} {os.getpid()} "
+                f"{time.time():.6f}\n")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    note("start")
+    if seconds:
+        time.sleep(seconds)
+    note("end")

@@ -55,6 +55,8 @@ def test_0013_stored_jobs_have_no_dependency_and_stored_requests_are_taken(
     assert query(url, "SELECT upstream_run_id FROM ql_runs") == [(None,)]
     from quartzlite.client import SchedulerClient
 
+    migrate.upgrade(url, "head")  # the client reads the schema at head
+
     client = SchedulerClient(url)
     try:
         job = client.get_job("old")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, or_, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from quartzlite.clock import utc
@@ -50,6 +50,11 @@ class Planner(Protocol):
 
     def skip(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule:
         """The next slot after ``slot_at``, which must not run (it already ran)."""
+
+    def assigned(
+        self, spec: JobSpec, slot_at: datetime, now: datetime, runs_done: int = 0
+    ) -> Reschedule:
+        """A concurrent or broadcast job's next slot once ``slot_at`` went to its lanes."""
 
     def excluded(self, spec: JobSpec, slot_at: datetime, now: datetime) -> Reschedule | None:
         """None when the job's calendars do not exclude ``slot_at``; else where it goes."""
@@ -114,14 +119,16 @@ SPEC_COLUMNS = [
     jobs.c.description, jobs.c.paused, jobs.c.deleted, jobs.c.state, jobs.c.next_fire_at,
     jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.owner_session, jobs.c.fire_id,
     jobs.c.runs_done, jobs.c.calendars, jobs.c.upstream, jobs.c.upstream_on,
-    jobs.c.has_downstream,
+    jobs.c.has_downstream, jobs.c.max_concurrency, jobs.c.broadcast, jobs.c.parent_id,
+    jobs.c.shard, jobs.c.shard_total,
 ]
 
 #: What the scanner reads of each due job: its definition comes from the node's
 #: :class:`SpecCache` when ``updated_at`` says it has not changed.
 SCAN_COLUMNS = [
     jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.updated_at, jobs.c.next_fire_at,
-    jobs.c.next_slot_at, jobs.c.next_attempt,
+    jobs.c.next_slot_at, jobs.c.next_attempt, jobs.c.parent_id, jobs.c.shard,
+    jobs.c.shard_total, jobs.c.runs_done,
 ]
 
 #: What the results transaction reads of each job (its definition likewise);
@@ -129,6 +136,7 @@ SCAN_COLUMNS = [
 RESULT_COLUMNS = [
     jobs.c.id, jobs.c.name, jobs.c.state, jobs.c.fire_id, jobs.c.owner_session,
     jobs.c.updated_at, jobs.c.runs_done, jobs.c.last_outcome, jobs.c.has_downstream,
+    jobs.c.parent_id, jobs.c.broadcast,
 ]
 
 
@@ -277,13 +285,18 @@ class StoreBase:
             raise SchemaError(f"lock row {name!r} is missing from ql_locks: refusing to run")
 
     @staticmethod
-    def _due_filter(tag_sets: Sequence[str]) -> list[Any]:
+    def _due_filter(tag_sets: Sequence[str], session_id: str) -> list[Any]:
+        """Due jobs this node may prepare: idle, not paused nor deleted, its tags match,
+        not saturated (a concurrent or broadcast job whose lanes are all busy), and not
+        a broadcast lane pinned to another node."""
         return [
             jobs.c.state == JobState.IDLE.value,
             jobs.c.paused.is_(False),
             jobs.c.deleted.is_(False),
             jobs.c.next_fire_at.is_not(None),
             jobs.c.tags.in_(list(tag_sets)),
+            jobs.c.saturated.is_(False),
+            or_(jobs.c.pinned_session.is_(None), jobs.c.pinned_session == session_id),
         ]
 
     @staticmethod
@@ -293,6 +306,7 @@ class StoreBase:
             planned_at=utc(row["next_fire_at"]),
             slot_at=utc(row["next_slot_at"] or row["next_fire_at"]),
             attempt=row["next_attempt"], spec=rows.spec_from_row(row),
+            parent_id=row["parent_id"], shard=rows.shard_of(row["shard"], row["shard_total"]),
         )
 
     def _quarantine(

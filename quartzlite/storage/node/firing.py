@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.models import Fired, Prepared
-from quartzlite.storage import rows, transitions
+from quartzlite.storage import lanes, rows, transitions
 from quartzlite.storage.engine import RetryPolicy, Tx
 from quartzlite.storage.jobs import db_now
 from quartzlite.storage.node.base import (
@@ -103,12 +103,16 @@ class Firing(StoreBase):
         into the row of every attempt of the slot, at no extra statement, and so does
         the upstream run whose end requested the slot (dependencies)."""
         slot_at = func.coalesce(jobs.c.next_slot_at, jobs.c.next_fire_at)
+        # A lane's runs are its job's (see quartzlite.storage.lanes), and so is the
+        # slot's request.
+        job_id = func.coalesce(jobs.c.parent_id, jobs.c.id)
         source = select(
-            jobs.c.id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at, slot_at,
+            job_id, jobs.c.name, jobs.c.fire_id, jobs.c.next_fire_at, slot_at,
             jobs.c.next_attempt, literal(session_id), literal(self.node_name),
             literal(RunStatus.RUNNING.value), requests.c.params, requests.c.upstream_run_id,
+            func.coalesce(jobs.c.shard, 0), jobs.c.shard_total,
         ).select_from(
-            jobs.outerjoin(requests, and_(requests.c.job_id == jobs.c.id,
+            jobs.outerjoin(requests, and_(requests.c.job_id == job_id,
                                           requests.c.slot_at == slot_at))
         ).where(
             jobs.c.id.in_([p.job_id for p in to_fire]),
@@ -118,7 +122,8 @@ class Firing(StoreBase):
         conn.execute(
             insert(runs).prefix_with("IGNORE").from_select(
                 ["job_id", "job_name", "fire_id", "planned_at", "slot_at", "attempt",
-                 "session_id", "node", "status", "params", "upstream_run_id"],
+                 "session_id", "node", "status", "params", "upstream_run_id", "shard",
+                 "shard_total"],
                 source,
             )
         )
@@ -130,11 +135,11 @@ class Firing(StoreBase):
         """Each fired job's run row: ours (fired, with the slot's parameters), or another
         fire's (a duplicate slot)."""
         stored = {
-            (r["job_id"], utc(r["planned_at"])): r
+            (r["job_id"], utc(r["planned_at"]), r["shard"]): r
             for r in conn.execute(
                 select(runs.c.id, runs.c.job_id, runs.c.planned_at, runs.c.fire_id,
-                       runs.c.params).where(
-                    runs.c.job_id.in_([p.job_id for p in to_fire]),
+                       runs.c.params, runs.c.shard).where(
+                    runs.c.job_id.in_({p.run_job_id for p in to_fire}),
                     runs.c.planned_at.in_({rows.to_db(p.planned_at) for p in to_fire}),
                 )
             ).mappings()
@@ -142,7 +147,7 @@ class Firing(StoreBase):
         fired: list[Fired] = []
         duplicates: list[Prepared] = []
         for p in to_fire:
-            run = stored.get((p.job_id, p.planned_at))
+            run = stored.get((p.run_job_id, p.planned_at, 0 if p.shard is None else p.shard.index))
             if run is None or run["fire_id"] != p.fire_id:
                 duplicates.append(p)
             else:
@@ -156,11 +161,18 @@ class Firing(StoreBase):
     ) -> None:
         """The slot already has a run (the UNIQUE key refused ours): never run it again;
         move the job on to its next slot."""
+        freed: list[int] = []
         for p in duplicates:
             log.warning(
                 "slot %s of job %s already ran; skipping it", p.planned_at.isoformat(), p.name,
                 extra={"action": "duplicate_refused", "job": p.name},
             )
+            if p.parent_id is not None:
+                # A lane: free again (its job plans the slots).
+                transitions.refuse_duplicate(conn, job_id=p.job_id, fire_id=p.fire_id,
+                                             planned_at=None, slot_at=None, attempt=1)
+                freed.append(p.parent_id)
+                continue
             try:
                 # The slot of a first attempt (its planned instant may carry jitter); a
                 # retry's own instant, as before.
@@ -174,6 +186,7 @@ class Firing(StoreBase):
                 conn, job_id=p.job_id, fire_id=p.fire_id, planned_at=plan.planned_at,
                 slot_at=plan.slot_at, attempt=plan.attempt,
             )
+        lanes.release(conn, freed, [p.job_id for p in duplicates])
 
     def start_check(self, session_id: str, items: Sequence[Prepared]) -> StartCheck:
         """At the instant of runs fired ahead of it: the database clock, and those whose

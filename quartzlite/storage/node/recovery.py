@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.models import Prepared
-from quartzlite.storage import rows, transitions
+from quartzlite.storage import lanes, rows, transitions
 from quartzlite.storage.dependencies import EndedSlot, ends_slot, request_downstream
 from quartzlite.storage.engine import Tx
 from quartzlite.storage.jobs import db_now
@@ -120,7 +120,7 @@ class Recovery(StoreBase):
                     sessions.c.id != session_id,
                 )
                 .limit(1)
-                .union_all(self._orphan_owners().limit(1))
+                .union_all(self._orphan_owners().limit(1), lanes.orphan_lanes().limit(1))
             ).first()
         if hint is None:
             return []
@@ -140,6 +140,8 @@ class Recovery(StoreBase):
             # are recovered the same way.
             dead += [r[0] for r in t.conn.execute(self._orphan_owners().limit(100))]
             if not dead:
+                # Only broadcast lanes left by a node that is gone (its session deleted).
+                lanes.forget_pinned(t.conn, now, self.node_name)
                 return []
             # Locked as read: a result of the expired node may be on its way (results
             # take row locks, not the job lock). It either committed before this read
@@ -164,6 +166,8 @@ class Recovery(StoreBase):
                                     if r["state"] == JobState.PREPARED.value),
             )
             t.conn.execute(delete(sessions).where(sessions.c.id.in_(dead)))
+            # Their broadcast lanes (each now idle): a shard given and not run is missed.
+            lanes.forget_pinned(t.conn, now, self.node_name, dead)
             log.warning(
                 "expired %d session(s) %s: %d prepared job(s) handed back, %d run(s) abandoned",
                 len(dead), ", ".join(dead), len(prepared), len(executing),
@@ -185,6 +189,8 @@ class Recovery(StoreBase):
         abandoned: list[int] = []
         all_missed: list[dict[str, Any]] = []
         ended: list[EndedSlot] = []
+        freed: list[int] = []
+        released: set[int] = set()
         for row in executing:
             try:
                 spec = rows.spec_from_row(row)
@@ -193,7 +199,8 @@ class Recovery(StoreBase):
                 continue
             run = conn.execute(
                 select(runs.c.id, runs.c.slot_at, runs.c.attempt, runs.c.planned_at).where(
-                    runs.c.job_id == row["id"], runs.c.fire_id == row["fire_id"]
+                    runs.c.job_id == (row["parent_id"] or row["id"]),  # a lane's: its job's
+                    runs.c.fire_id == row["fire_id"],
                 ).limit(1)
             ).first()
             slot_at = utc(run.slot_at) if run is not None else utc(row["next_slot_at"] or now)
@@ -214,11 +221,24 @@ class Recovery(StoreBase):
             except Exception as error:  # noqa: BLE001 - one job never stops a node
                 poisoned.append((row, error))
                 continue
+            has_downstream = row["has_downstream"]
+            runs_done = row["runs_done"] + (1 if plan.counted else 0)
+            if row["parent_id"] is not None:
+                # A lane: a concurrent job's reruns its slot as its policy says; else (and
+                # always a broadcast lane: its node is gone) it is free. Its job counts.
+                plan = lanes.lane_plan(plan, slot_at, may_rerun=not row["broadcast"])
+                runs_done = row["runs_done"]
+                has_downstream = conn.execute(
+                    select(jobs.c.has_downstream).where(jobs.c.id == row["parent_id"])
+                ).scalar()
+                if plan.planned_at is None:
+                    freed.append(row["id"])
+                    released.add(row["parent_id"])
             missed = self._missed_rows(row["id"], spec.name, plan)
             if missed:
                 conn.execute(insert(runs).prefix_with("IGNORE"), missed)
                 all_missed.extend(missed)
-            if run is not None and row["has_downstream"] and ends_slot(
+            if run is not None and has_downstream and ends_slot(
                 slot_at, plan.slot_at, plan.planned_at
             ):
                 ended.append(EndedSlot(job_name=spec.name, run_id=run.id, slot_at=slot_at,
@@ -226,8 +246,9 @@ class Recovery(StoreBase):
                                        status=RunStatus.ABANDONED))
             transitions.abandon(conn, job_id=row["id"], fire_id=row["fire_id"],
                                 planned_at=plan.planned_at, slot_at=plan.slot_at, attempt=plan.attempt,
-                                runs_done=row["runs_done"] + (1 if plan.counted else 0))
+                                runs_done=runs_done)
         # run.abandoned and run.missed, in this transaction (one statement).
         record_run_events(conn, run_ids=abandoned, missed=all_missed)
         request_downstream(conn, ended, now)
         self._quarantine(conn, poisoned, now)
+        lanes.release(conn, released, freed)

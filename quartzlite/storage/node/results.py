@@ -11,7 +11,7 @@ from sqlalchemy import insert, select
 from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.models import Finished, Fired, Prepared
-from quartzlite.storage import rows, transitions
+from quartzlite.storage import lanes, rows, transitions
 from quartzlite.storage.batch import update_from_rows
 from quartzlite.storage.dependencies import EndedSlot, ends_slot, request_downstream
 from quartzlite.storage.engine import RetryPolicy, Tx
@@ -56,11 +56,16 @@ class Results(StoreBase):
 
         def tx(t: Tx) -> Completed:
             now = db_now(t.conn)
+            # A lane's job row is locked with it, first (its id is lower): a lane freed
+            # here may release its job (see quartzlite.storage.lanes).
+            locked = {f.fired.prepared.job_id for f in finished}
+            locked.update(f.fired.prepared.parent_id for f in finished
+                          if f.fired.prepared.parent_id is not None)
             current = {
                 r["id"]: r
                 for r in t.conn.execute(
                     select(*RESULT_COLUMNS)
-                    .where(jobs.c.id.in_(sorted({f.fired.prepared.job_id for f in finished})))
+                    .where(jobs.c.id.in_(sorted(locked)))
                     .order_by(jobs.c.id)
                     .with_for_update()
                 ).mappings()
@@ -69,7 +74,7 @@ class Results(StoreBase):
             ours = [
                 r for r in current.values()
                 if r["state"] == JobState.EXECUTING.value and r["owner_session"] == session_id
-                and r["fire_id"] == fire_ids[r["id"]]
+                and r["fire_id"] == fire_ids.get(r["id"])
             ]
             specs, poisoned = self._specs_of(t.conn, ours)
             self._fresh_calendars(t.conn, planner, specs.values())
@@ -82,6 +87,9 @@ class Results(StoreBase):
             recovered: list[int] = []
             # Slots of jobs with downstream jobs that this batch ends (dependencies).
             ended: list[EndedSlot] = []
+            # Lanes this batch frees, and their jobs.
+            freed: list[int] = []
+            released: set[int] = set()
             for item in finished:
                 p = item.fired.prepared
                 status = item.outcome.status
@@ -111,8 +119,17 @@ class Results(StoreBase):
                 except Exception as error:  # noqa: BLE001 - one job never stops a node
                     poisoned.append((row, error))
                     continue
+                job_row = row
+                if row["parent_id"] is not None:
+                    # A lane: its slot again (a retry), or free; its job counts and plans.
+                    plan = lanes.lane_plan(plan, p.slot_at,
+                                           may_rerun=lanes.may_rerun(row["broadcast"], status))
+                    job_row = current.get(row["parent_id"], row)
+                    if plan.planned_at is None:
+                        freed.append(p.job_id)
+                        released.add(row["parent_id"])
                 missed.extend(self._missed_rows(p.job_id, spec.name, plan))
-                if row["has_downstream"] and ends_slot(p.slot_at, plan.slot_at, plan.planned_at):
+                if job_row["has_downstream"] and ends_slot(p.slot_at, plan.slot_at, plan.planned_at):
                     ended.append(EndedSlot(job_name=spec.name, run_id=item.fired.run_id,
                                            slot_at=p.slot_at, planned_at=p.planned_at,
                                            status=status))
@@ -145,6 +162,8 @@ class Results(StoreBase):
             record_run_events(t.conn, run_ids=eventful, recovered=recovered, missed=missed)
             self._quarantine(t.conn, poisoned, now)
             upcoming = [v["next_fire_at"] for v in job_values if v["next_fire_at"] is not None]
+            if released and lanes.release(t.conn, released, freed):
+                upcoming.append(rows.to_db(now))  # a waiting slot may go to the lane
             # The downstream runs of the slots that ended, in this transaction: a node
             # that dies once it committed leaves them requested. No statement for a
             # batch without a job that has downstream jobs (the usual case).
@@ -166,18 +185,19 @@ class Results(StoreBase):
             return []
         with self.db.connect() as conn:
             found = {
-                r["id"]: rows.spec_from_row(r)
+                r["id"]: (rows.spec_from_row(r), r["parent_id"])
                 for r in conn.execute(
                     select(*SPEC_COLUMNS).where(jobs.c.id.in_({e.job_id for e in entries}))
                 ).mappings()
             }
         finished: list[Finished] = []
         for e in entries:
-            spec = found.get(e.job_id)
-            if spec is None:
+            if e.job_id not in found:
                 continue
+            spec, parent_id = found[e.job_id]
             prepared = Prepared(job_id=e.job_id, name=e.name, fire_id=e.fire_id, planned_at=e.planned_at,
-                                slot_at=e.slot_at, attempt=e.attempt, spec=spec)
+                                slot_at=e.slot_at, attempt=e.attempt, spec=spec,
+                                parent_id=parent_id)
             finished.append(Finished(
                 fired=Fired(prepared=prepared, run_id=e.run_id, fired_at=e.fired_at),
                 outcome=e.outcome, ended_at=e.ended_at, started_at=e.started_at,

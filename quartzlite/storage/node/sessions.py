@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from quartzlite.clock import utc
 from quartzlite.enums import DeliveryStatus, JobState
-from quartzlite.storage import rows
+from quartzlite.storage import lanes, rows
 from quartzlite.storage.dependencies import pending_due
 from quartzlite.storage.engine import RetryPolicy, Tx, server_of
 from quartzlite.storage.jobs import db_now
@@ -94,13 +94,16 @@ class Sessions(StoreBase):
             .where(jobs.c.owner_session.is_not(None), sessions.c.id.is_(None))
             .scalar_subquery()
         )
+        # Broadcast lanes left pinned to a node that is gone (the expirer forgets them).
+        orphan_lanes = select(func.count()).select_from(
+            lanes.orphan_lanes().subquery()).scalar_subquery()
         owned = (
             select(func.count())
             .select_from(jobs)
             .where(jobs.c.owner_session == session_id, jobs.c.state != JobState.IDLE.value)
             .scalar_subquery()
         )
-        earliest = select(func.min(jobs.c.next_fire_at)).where(*self._due_filter(tag_sets)).scalar_subquery()
+        earliest = select(func.min(jobs.c.next_fire_at)).where(*self._due_filter(tag_sets, session_id)).scalar_subquery()
         # A request an upstream job's end left for a job this node may run, and may take
         # now (ix_ql_requests_pending): the scanner is due at once (it takes them).
         pending = pending_due(tag_sets)
@@ -113,8 +116,8 @@ class Sessions(StoreBase):
             .scalar_subquery()
         )
         unfanned = select(func.min(events.c.id)).where(events.c.fanned_out.is_(False)).scalar_subquery()
-        query = select(func.now(6), peers, orphans, owned, earliest, version, delivery_due, unfanned,
-                       pending)
+        query = select(func.now(6), peers, orphans + orphan_lanes, owned, earliest, version,
+                       delivery_due, unfanned, pending)
 
         def run(conn: Connection) -> Watch:
             now, oldest, orphaned, mine, due, moved, delivery, fan_out, waiting = (
@@ -146,6 +149,8 @@ class Sessions(StoreBase):
             if still_owned:
                 return False
             t.conn.execute(delete(sessions).where(sessions.c.id == session_id))
+            # Our broadcast lanes: a shard given to us and not run is missed.
+            lanes.forget_pinned(t.conn, db_now(t.conn), self.node_name, [session_id])
             return True
 
         return self.db.transaction(tx, name="delete_session", stop=self.stop)
