@@ -221,6 +221,12 @@ def _spec_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
                           "@manual; on update, the whole list; --upstream '' for none)"),
         click.option("--upstream-on", type=click.Choice(["success", "failure", "completion"]),
                      help="how an upstream slot must end to trigger this job (default success)"),
+        click.option("--max-concurrency", type=int, metavar="N",
+                     help="up to N runs of the job at once across the cluster, each slot still "
+                          "once (1..100; default 1)"),
+        click.option("--broadcast/--no-broadcast", default=None,
+                     help="every live node matching the job's tags runs each slot (needs "
+                          "--max-concurrency 1)"),
         click.option("--description"),
         click.option("--paused/--active", default=None, help="create paused / resume"),
         click.option("--json", "as_json", is_flag=True, help="print JSON"),
@@ -254,6 +260,10 @@ def _spec_data(name: str | None, options: dict[str, Any]) -> dict[str, Any]:
             value = [v for v in value if v]
         data[key] = value
     return data
+
+
+#: Fields ``job show`` prints only when they are not their default.
+_SHOWN_WHEN_SET = {"max_concurrency": 1, "broadcast": False}
 
 
 def _state(job: Job) -> str:
@@ -369,6 +379,8 @@ def job_show(ctx: click.Context, /, name: str, as_json: bool) -> None:
     for key, value in data.items():
         if key in ("upcoming", "last_run", "downstream"):
             continue
+        if key in _SHOWN_WHEN_SET and value == _SHOWN_WHEN_SET[key]:
+            continue
         if key == "state":
             value = _state(view.job)
         if isinstance(value, list):  # tags: a,b (not a Python repr)
@@ -434,22 +446,31 @@ def _upstream_text(run: Run) -> str:
     return "-" if run.upstream_run_id is None else f"#{run.upstream_run_id}"
 
 
+def _shard_text(run: Run) -> str:
+    """A broadcast run's shard, for a table cell: ``index/total``."""
+    return "-" if run.shard is None else f"{run.shard.index}/{run.shard.total}"
+
+
 def _print_runs(runs: Sequence[Run], next_cursor: str | None, as_json: bool) -> None:
     if as_json:
         _echo_json({"runs": [codec.run_to_dict(r) for r in runs], "next_cursor": next_cursor})
         return
     # A params column only when a run on the page was triggered with parameters, an
-    # upstream column (the run whose end triggered the slot) when one was by a dependency.
+    # upstream column (the run whose end triggered the slot) when one was by a dependency,
+    # a shard column when one is a broadcast run.
     with_params = any(r.params for r in runs)
     with_upstream = any(r.upstream_run_id is not None for r in runs)
+    with_shard = any(r.shard is not None for r in runs)
     click.echo(
         _table(
             ["id", "job", "planned", "started", "ended", "try", "status", "exit", "node",
-             *(["upstream"] if with_upstream else []), *(["params"] if with_params else [])],
+             *(["shard"] if with_shard else []), *(["upstream"] if with_upstream else []),
+             *(["params"] if with_params else [])],
             [
                 [r.id, r.job_name, _when(r.planned_at), _when(r.started_at), _when(r.ended_at),
                  r.attempt, r.status.value, "-" if r.exit_code is None else r.exit_code,
                  r.node or "-",
+                 *([_shard_text(r)] if with_shard else []),
                  *([_upstream_text(r)] if with_upstream else []),
                  *([_params_text(r.params)] if with_params else [])]
                 for r in runs

@@ -86,6 +86,8 @@ MAX_JITTER_S = schedules.MAX_JITTER_S
 MAX_JOB_CALENDARS = 8
 #: The most upstream jobs a job names (``JobSpec.upstream``).
 MAX_UPSTREAM = 16
+#: The most runs of one job at once across the cluster (``JobSpec.max_concurrency``).
+MAX_CONCURRENCY = 100
 #: What ``list_jobs(last_status=...)`` accepts: a run status, or ``never``.
 LAST_STATUSES = (*(s.value for s in RunStatus), NEVER_RAN)
 
@@ -271,6 +273,17 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
             "upstream", "a job with upstream jobs runs only when they end: give it the "
             f"schedule {schedules.MANUAL}",
         )
+    max_concurrency = _integer(
+        "max_concurrency", merged.get("max_concurrency", 1), low=1, high=MAX_CONCURRENCY
+    )
+    broadcast = merged.get("broadcast", False)
+    if not isinstance(broadcast, bool):
+        raise ValidationError("broadcast", f"must be a boolean, not {type_name(broadcast)}")
+    if broadcast and max_concurrency > 1:
+        raise ValidationError(
+            "max_concurrency",
+            "a broadcast job runs once per node per slot: max_concurrency must be 1",
+        )
     return JobSpec(
         name=name,
         schedule=parsed.expression,
@@ -307,6 +320,8 @@ def build_spec(data: Mapping[str, Any], *, base: JobSpec | None = None) -> JobSp
         upstream_on=_choice(
             "upstream_on", merged.get("upstream_on", UpstreamCondition.SUCCESS), UpstreamCondition
         ),
+        max_concurrency=max_concurrency,
+        broadcast=broadcast,
     )
 
 
@@ -1252,6 +1267,7 @@ class SchedulerClient:
 
 
 __all__ = [
-    "MAX_JITTER_S", "MAX_JOB_CALENDARS", "MAX_RUNS", "MAX_UPSTREAM", "JobView", "SchedulerClient",
-    "build_calendar", "build_spec", "first_fire", "preview_schedule", "validate_upstream",
+    "MAX_CONCURRENCY", "MAX_JITTER_S", "MAX_JOB_CALENDARS", "MAX_RUNS", "MAX_UPSTREAM", "JobView",
+    "SchedulerClient", "build_calendar", "build_spec", "first_fire", "preview_schedule",
+    "validate_upstream",
 ]

@@ -93,6 +93,7 @@ CREATE TABLE ql_jobs (
     shard INTEGER,
     shard_total INTEGER,
     saturated BOOL NOT NULL DEFAULT 0,
+    lanes_version BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (id),
     CONSTRAINT uq_ql_jobs_active_name UNIQUE (active_name)
 ) ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;

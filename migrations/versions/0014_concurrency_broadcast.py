@@ -1,5 +1,5 @@
 """Concurrency and broadcast: ql_jobs.max_concurrency, broadcast, parent_id,
-pinned_session, shard, shard_total, saturated; ql_runs.shard, shard_total
+pinned_session, shard, shard_total, saturated, lanes_version; ql_runs.shard, shard_total
 
 Revision ID: 0014
 Revises: 0013
@@ -8,7 +8,8 @@ Create Date: 2026-11-24
 ``ql_jobs.max_concurrency`` (1: one run at a time, as before) and ``broadcast`` (0) are
 the job's; ``parent_id``, ``pinned_session``, ``shard`` and ``shard_total`` are set on
 lanes only (hidden rows that run a concurrent or broadcast job's slots); ``saturated``
-marks a job whose lanes are all busy. Jobs stored before this revision get 1, 0, NULL
+marks a job whose lanes are all busy, and ``lanes_version`` moves with each slot given to
+or freed by a lane. Jobs stored before this revision get 1, 0, NULL
 and 0: they behave as before.
 
 ``ql_runs.shard`` joins the UNIQUE key of a run: (job_id, planned_at, shard). Runs stored
@@ -44,6 +45,10 @@ def upgrade() -> None:
         "ql_jobs",
         sa.Column("saturated", sa.Boolean, nullable=False, server_default=sa.text("0")),
     )
+    op.add_column(
+        "ql_jobs",
+        sa.Column("lanes_version", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    )
     op.create_index("ix_ql_jobs_parent", "ql_jobs", ["parent_id", "state"])
     op.add_column(
         "ql_runs", sa.Column("shard", sa.Integer, nullable=False, server_default=sa.text("0"))
@@ -67,6 +72,6 @@ def downgrade() -> None:
     op.drop_column("ql_runs", "shard")
     op.execute("DELETE FROM ql_jobs WHERE parent_id IS NOT NULL")
     op.drop_index("ix_ql_jobs_parent", table_name="ql_jobs")
-    for column in ("saturated", "shard_total", "shard", "pinned_session", "parent_id",
+    for column in ("lanes_version", "saturated", "shard_total", "shard", "pinned_session", "parent_id",
                    "broadcast", "max_concurrency"):
         op.drop_column("ql_jobs", column)

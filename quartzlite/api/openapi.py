@@ -14,6 +14,7 @@ from quartzlite.client import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
     MAX_COMMAND_BYTES,
+    MAX_CONCURRENCY,
     MAX_JITTER_S,
     MAX_JOB_CALENDARS,
     MAX_PAGE,
@@ -152,6 +153,18 @@ JOB_FIELDS: dict[str, Schema] = {
         "type": "string", "enum": _values(UpstreamCondition), "default": "success",
         "description": "how an upstream slot must end: success (succeeded), failure (failed, "
                        "timed out, killed, or abandoned for good) or completion (either)",
+    },
+    "max_concurrency": {
+        "type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY, "default": 1,
+        "description": "up to this many runs of the job at once across the cluster, each slot "
+                       "still run once; must be 1 for a broadcast job; changing it between 1 "
+                       "and more is refused (409) while the job has a run in flight",
+    },
+    "broadcast": {
+        "type": "boolean", "default": False,
+        "description": "every live node whose tags match the job's runs each slot, each run "
+                       "with its shard (index, total); changing it is refused (409) while the "
+                       "job has a run in flight",
     },
 }
 
@@ -349,6 +362,8 @@ SCHEMAS: dict[str, Schema] = {
         "calendars": {"type": "array", "items": {"type": "string"}},
         "upstream": {"type": "array", "items": {"type": "string"}},
         "upstream_on": JOB_FIELDS["upstream_on"],
+        "max_concurrency": JOB_FIELDS["max_concurrency"],
+        "broadcast": JOB_FIELDS["broadcast"],
         "id": {"type": "integer"},
         "state": {"type": "string", "enum": _values(JobState)},
         "finished": {
@@ -410,6 +425,12 @@ SCHEMAS: dict[str, Schema] = {
             "upstream_run_id": nullable({
                 "type": "integer", "description": "the upstream job's run whose end triggered "
                 "this run's slot (GET /runs/{id}); null: not triggered by an upstream job"}),
+            "shard": nullable({
+                **_object({"index": {"type": "integer", "minimum": 0},
+                           "total": {"type": "integer", "minimum": 1}}),
+                "description": "a broadcast run's part of its slot: index in 0..total-1, total "
+                               "the live nodes that matched the job when the slot fired; null: "
+                               "not a broadcast run"}),
             "output": {"type": "string", "description": "the output tail (GET /runs/{id} "
                        "only); while a shell run runs, what it printed so far"},
             "output_live": {"type": "boolean", "description": "the run is still running: "
@@ -554,7 +575,8 @@ ERROR_TEXT = {
     403: "The token's role may not do this (viewers only read)",
     404: "No such job, run, calendar, webhook or route",
     409: "Conflict: the name exists, the job runs (trigger) or does not run (kill), the "
-         "calendar is in use (delete), the webhook is disabled (test)",
+         "calendar is in use (delete), the webhook is disabled (test), max_concurrency or "
+         "broadcast changed while the job has a run in flight (update, replace)",
     413: "The body is larger than the limit (1 MiB)",
     429: "Too many refused writes from this token or address: retry after Retry-After seconds",
     503: "The database is unavailable (retry) or, for /readyz, not ready",

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, literal, null, select, text, update
+from sqlalchemy import case, delete, insert, literal, null, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from quartzlite.enums import JobState, RunStatus
@@ -87,7 +87,7 @@ def create(conn: Connection, parent_id: int, pinned_session: str | None, now: da
         "prepared_at": None, "started_at": None, "last_ended_at": None,
         "created_at": rows.to_db(now), "error": None, "last_outcome": None,
         "upstream": "", "has_downstream": False, "shard": None, "shard_total": None,
-        "saturated": False,
+        "saturated": False, "lanes_version": 0,
     }
     names = [c.name for c in jobs.c if c.name != "id"]
     source = select(*[
@@ -153,8 +153,15 @@ def release(conn: Connection, parent_ids: Iterable[int], freed: Iterable[int] = 
             or not any(busy(lane) for lane in lanes[r["id"]] if lane["id"] not in free)
         )
     ]
-    if released:
-        conn.execute(update(jobs).where(jobs.c.id.in_(released)).values(saturated=False))
+    # Every job whose lane freed is written (``lanes_version``), released or not: see
+    # tables.jobs.
+    conn.execute(
+        update(jobs).where(jobs.c.id.in_(ids)).values(
+            lanes_version=jobs.c.lanes_version + 1,
+            saturated=jobs.c.saturated if not released else case(
+                (jobs.c.id.in_(released), False), else_=jobs.c.saturated),
+        )
+    )
     return released
 
 

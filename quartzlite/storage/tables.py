@@ -163,6 +163,10 @@ jobs = Table(
     Column("shard", Integer, nullable=True),
     Column("shard_total", Integer, nullable=True),
     Column("saturated", Boolean, nullable=False, server_default=text("0")),
+    # Moved by every write that gives a slot to the job's lanes or frees one: on Galera
+    # (where a row lock holds on one member only) two such writes on two members then
+    # conflict at certification, and the later runs again on what the other committed.
+    Column("lanes_version", BigInteger, nullable=False, server_default=text("0")),
     UniqueConstraint("active_name", name="uq_ql_jobs_active_name"),
     # The due scan: state='idle' AND paused=0 AND deleted=0 AND next_fire_at <= :horizon.
     Index("ix_ql_jobs_due", "state", "paused", "deleted", "next_fire_at"),

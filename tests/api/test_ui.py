@@ -359,3 +359,89 @@ def test_jobs_list_filters_and_pages_through_many_jobs(admin: Browser, client: S
     bad = admin.get("/ui/jobs?last_status=sleeping")
     assert bad.status_code == 400
     assert "last_status" in bad.text
+
+
+def test_the_job_page_shows_concurrency_broadcast_and_linked_dependencies(
+    admin: Browser, client: SchedulerClient
+) -> None:
+    client.add_job(job_body("up", max_concurrency=3))
+    client.add_job(job_body("down", schedule="@manual", upstream=["up"], broadcast=True,
+                            upstream_on="completion"))
+    client.add_job(job_body("lone"))
+
+    up, down, lone = (admin.get(f"/ui/job/{n}").text for n in ("up", "down", "lone"))
+
+    assert re.search(r'id="job-max-concurrency">3 runs at once<', up)
+    assert 'id="job-broadcast"' not in up
+    assert 'id="job-broadcast">yes' in down
+    assert 'id="job-max-concurrency"' not in down
+    downstream = re.search(r'id="job-downstream">(.*?)</dd>', up)
+    assert downstream is not None
+    assert '<a href="/ui/job/down">down</a>' in downstream.group(1)
+    upstream = re.search(r'id="job-upstream">(.*?)</dd>', down)
+    assert upstream is not None
+    assert '<a href="/ui/job/up">up</a>' in upstream.group(1)
+    assert "completion" in upstream.group(1)
+    for absent in ("job-max-concurrency", "job-broadcast", "job-upstream", "job-downstream"):
+        assert f'id="{absent}"' not in lone, absent
+
+
+def test_the_run_page_shows_a_broadcast_runs_shard(
+    admin: Browser, client: SchedulerClient, rows: Rows
+) -> None:
+    client.add_job(job_body("fanned", broadcast=True))
+    job_id = rows.job_id("fanned")
+    planned = datetime(2026, 1, 1, tzinfo=UTC)
+    sharded = rows.add_run("fanned", job_id, planned, shard=1, shard_total=3)
+    plain = rows.add_run("fanned", job_id, planned - timedelta(hours=1))
+
+    page = admin.get(f"/ui/runs/{sharded}").text
+    shard = re.search(r'id="run-shard">([^<]+)<', page)
+    assert shard is not None
+    assert shard.group(1).strip() == "1/3"
+    assert 'id="run-shard"' not in admin.get(f"/ui/runs/{plain}").text
+
+
+def test_the_job_form_sets_and_keeps_max_concurrency_and_broadcast(
+    admin: Browser, client: SchedulerClient
+) -> None:
+    good = {"name": "lanes", "schedule": "*/5 * * * *", "command": "echo hi"}
+    refused = admin.post("/ui/jobs/new", {**good, "max_concurrency": "2", "broadcast": "on"})
+    assert refused.status_code == 400
+    message = re.search(r'id="error-max_concurrency"[^>]*>([^<]+)<', refused.text)
+    assert message is not None
+    assert "broadcast job runs once per node per slot" in message.group(1)
+    assert client.list_jobs().items == []
+    assert admin.post("/ui/jobs/new", {**good, "max_concurrency": "zero"}).status_code == 400
+
+    created = admin.post("/ui/jobs/new", {**good, "max_concurrency": "3"})
+    assert created.status_code == 303
+    assert client.get_job("lanes").spec.max_concurrency == 3
+    form = admin.get("/ui/job/lanes/edit").text
+    assert re.search(r'id="max_concurrency" name="max_concurrency" value="3"', form)
+    # Saving the edit form again keeps the value (the form has it); unticked: no broadcast.
+    assert admin.post("/ui/job/lanes/edit", {**good, "max_concurrency": "3",
+                                             "description": "x"}).status_code == 303
+    spec = client.get_job("lanes").spec
+    assert (spec.max_concurrency, spec.broadcast, spec.description) == (3, False, "x")
+    assert admin.post("/ui/job/lanes/edit", {**good, "broadcast": "on"}).status_code == 303
+    spec = client.get_job("lanes").spec
+    assert (spec.max_concurrency, spec.broadcast) == (1, True)
+    assert re.search(r'id="broadcast" name="broadcast" type="checkbox" checked',
+                     admin.get("/ui/job/lanes/edit").text)
+
+
+def test_the_job_form_shows_a_concurrency_change_refused_in_flight_next_to_its_field(
+    admin: Browser, client: SchedulerClient, rows: Rows
+) -> None:
+    good = {"name": "busy", "schedule": "*/5 * * * *", "command": "echo hi"}
+    client.add_job(good)
+    rows.set_job("busy", state="executing", fire_id="f1")
+
+    refused = admin.post("/ui/job/busy/edit", {**good, "max_concurrency": "3"})
+
+    assert refused.status_code == 409
+    message = re.search(r'id="error-max_concurrency"[^>]*>([^<]+)<', refused.text)
+    assert message is not None, refused.text[:500]
+    assert "run in flight" in message.group(1)
+    assert client.get_job("busy").spec.max_concurrency == 1

@@ -75,7 +75,8 @@ def test_a_broadcast_job_runs_once_per_live_node_per_slot_and_on_the_survivors_a
                    "FROM ql_runs WHERE job_name IN ('fan', 'fan-sh') ORDER BY slot_at, shard")
     by_slot: dict[Any, list[Any]] = defaultdict(list)
     for r in runs:
-        assert r.shard_total is not None and 0 <= r.shard < r.shard_total, r
+        assert r.shard_total is not None, r
+        assert 0 <= r.shard < r.shard_total, r
         by_slot[(r.job_name, r.slot_at)].append(r)
     for (job, slot), found in by_slot.items():
         assert len({r.shard_total for r in found}) == 1, f"{job} {slot}: one total per slot"
@@ -89,12 +90,15 @@ def test_a_broadcast_job_runs_once_per_live_node_per_slot_and_on_the_survivors_a
     # Every slot once per node before the kill, once per survivor after it: the last
     # slots ran 2 shards, and none after the expiry ran 3.
     totals = [found[0].shard_total for (job, _), found in sorted(by_slot.items()) if job == "fan"]
-    assert totals[-1] == 2 and 3 in totals
-    assert totals.index(2) > totals.index(3) and 3 not in totals[totals.index(2):], totals
+    assert totals[-1] == 2
+    assert 3 in totals
+    assert totals.index(2) > totals.index(3), totals
+    assert 3 not in totals[totals.index(2):], totals
     # The bodies' own records: no (slot, shard) executed twice, but the victim's own
     # shard that it was running when killed (its outcome died with it).
     executed = Counter((s["slot"], s["shard"]) for s in spans(log) if s["kind"] == "start")
-    assert executed and max(executed.values()) == 1, executed.most_common(3)
+    assert executed
+    assert max(executed.values()) == 1, executed.most_common(3)
     db.close()
 
 

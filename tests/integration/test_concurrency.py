@@ -72,7 +72,8 @@ def test_a_concurrent_job_runs_up_to_max_concurrency_slots_at_once_each_once(
     fired_first = fire(store, first)
     # The job moved on to its next slot, which goes to a second lane while the first runs.
     second = scan(store)
-    assert len(second) == 1 and second[0].job_id != first[0].job_id
+    assert len(second) == 1
+    assert second[0].job_id != first[0].job_id
     assert second[0].slot_at > first[0].slot_at
     fired_second = fire(store, second)
     # Both lanes busy: the job waits (saturated), its next slot stays.
@@ -89,12 +90,14 @@ def test_a_concurrent_job_runs_up_to_max_concurrency_slots_at_once_each_once(
     # A lane frees: the waiting slot goes to it.
     finish(store, fired_first)
     third = scan(store)
-    assert len(third) == 1 and third[0].job_id == first[0].job_id
+    assert len(third) == 1
+    assert third[0].job_id == first[0].job_id
     assert third[0].slot_at > second[0].slot_at
     finish(store, fired_second)
     finish(store, fire(store, third))
     runs = client.list_runs(job="wide").items
-    assert len(runs) == 3 and len({r.slot_at for r in runs}) == 3
+    assert len(runs) == 3
+    assert len({r.slot_at for r in runs}) == 3
     assert all(r.status is RunStatus.SUCCEEDED for r in runs)
     assert len(lanes(db_url, "wide")) == 2
 
@@ -108,7 +111,8 @@ def test_a_lane_keeps_its_slot_through_retries(
     first = scan(store)
     finish(store, fire(store, first), status=RunStatus.FAILED)
     (lane,) = lanes(db_url, "retrying")
-    assert lane["next_attempt"] == 2 and lane["next_slot_at"] == naive(first[0].slot_at)
+    assert lane["next_attempt"] == 2
+    assert lane["next_slot_at"] == naive(first[0].slot_at)
     retry = scan(store)
     assert [(p.job_id, p.attempt, p.slot_at) for p in retry] == [
         (first[0].job_id, 2, first[0].slot_at)]
@@ -129,9 +133,12 @@ def test_broadcast_gives_each_live_node_one_shard_and_forgets_a_node_that_left(
     due_now(client, db_url, "everywhere")
 
     mine = scan(store, A)
-    assert len(mine) == 1 and mine[0].shard is not None and mine[0].shard.total == 3
+    assert len(mine) == 1
+    assert mine[0].shard is not None
+    assert mine[0].shard.total == 3
     theirs = scan(store, B)
-    assert len(theirs) == 1 and theirs[0].shard is not None
+    assert len(theirs) == 1
+    assert theirs[0].shard is not None
     fired_a, fired_b = fire(store, mine, A), fire(store, theirs, B)
     runs = client.list_runs(job="everywhere").items
     assert sorted((r.shard.index, r.shard.total) for r in runs if r.shard) == sorted(
@@ -152,7 +159,8 @@ def test_broadcast_gives_each_live_node_one_shard_and_forgets_a_node_that_left(
     assert store.expire_sessions(session_id=A, session_timeout_s=60,
                                  planner=SchedulePlanner()) == [C]
     missed = [r for r in client.list_runs(job="everywhere").items if r.status is RunStatus.MISSED]
-    assert len(missed) == 1 and missed[0].shard is not None
+    assert len(missed) == 1
+    assert missed[0].shard is not None
     assert {lane["pinned_session"] for lane in lanes(db_url, "everywhere")} == {A, B}
 
     due_now(client, db_url, "everywhere")

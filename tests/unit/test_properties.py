@@ -121,6 +121,7 @@ FIELDS = (
     "command", "callable", "kwargs", "timeout_s", "max_attempts",
     "retry_backoff_s", "retry_max_backoff_s", "misfire_policy", "misfire_grace_s",
     "overrun_policy", "recovery_policy", "priority", "tags", "description", "paused",
+    "max_concurrency", "broadcast",
 )
 
 

@@ -165,7 +165,11 @@ def _save(name: str | None) -> Rendered:
             client.get_job(name)  # an edit never creates: 404 for a job deleted meanwhile
             saved, _ = client.put_job(data)
     except (ValidationError, Conflict) as rejected:
-        field = rejected.field if isinstance(rejected, ValidationError) else "name"
+        if isinstance(rejected, ValidationError):
+            field = rejected.field
+        else:  # a conflict about a field (max_concurrency changed while a run is in flight)
+            named = rejected.details.get("field")  # names it; else the name's (it exists)
+            field = named if named in forms.FIELD_NAMES else "name"
         return _render("ui/job_form.html", status_of(rejected), fields=forms.FIELDS, values=values, editing=name,
                        error=(field, rejected.reason if isinstance(rejected, ValidationError)
                               else rejected.message))

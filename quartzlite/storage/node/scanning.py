@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from quartzlite.clock import utc
@@ -179,8 +179,13 @@ class Scanning(StoreBase):
                     saturated.append(job_id)
                     continue
                 free = {lane["pinned_session"]: lane["id"] for lane in found}
-                given = [(free.get(sid) or lanes.create(conn, job_id, sid, now), sid)
+                given = [(free.pop(sid, None) or lanes.create(conn, job_id, sid, now), sid)
                          for sid in nodes]
+                if free:
+                    # Lanes of nodes that left or no longer match: not needed.
+                    conn.execute(delete(jobs).where(jobs.c.id.in_(list(free.values())),
+                                                    jobs.c.state == JobState.IDLE.value,
+                                                    jobs.c.next_fire_at.is_(None)))
             else:
                 if len(taken) >= s.spec.max_concurrency:
                     saturated.append(job_id)
@@ -218,6 +223,7 @@ class Scanning(StoreBase):
                 update(jobs).where(jobs.c.id == job_id).values(
                     **self._next_values(plan), saturated=full,
                     runs_done=s.row["runs_done"] + (1 if plan.counted else 0),
+                    lanes_version=jobs.c.lanes_version + 1,
                 )
             )
         if saturated:
