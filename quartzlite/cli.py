@@ -832,14 +832,16 @@ def history() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def history_prune(ctx: click.Context, /, older_than: str, as_json: bool) -> None:
-    """Delete finished runs older than --older-than, and deleted jobs with no runs left.
-    Running runs and live jobs are never touched (nodes also prune by themselves:
-    see history_retention_s)."""
+    """Delete finished runs older than --older-than, deleted jobs with no runs left, and
+    webhook events (with their deliveries) older than it. Running runs and live jobs
+    are never touched (nodes also prune by themselves: see history_retention_s)."""
     pruned = _client(ctx).prune_history(older_than)
     if as_json:
-        _echo_json({"runs": pruned.runs, "jobs": pruned.jobs, "before": pruned.before.isoformat()})
+        _echo_json({"runs": pruned.runs, "jobs": pruned.jobs, "events": pruned.events,
+                    "deliveries": pruned.deliveries, "before": pruned.before.isoformat()})
     else:
-        click.echo(f"pruned {pruned.runs} run(s) and {pruned.jobs} deleted job(s) "
+        click.echo(f"pruned {pruned.runs} run(s), {pruned.jobs} deleted job(s), "
+                   f"{pruned.events} webhook event(s) and {pruned.deliveries} delivery(ies) "
                    f"from before {pruned.before.isoformat()}")
 
 

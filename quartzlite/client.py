@@ -51,7 +51,7 @@ from quartzlite.models import (
     Webhook,
 )
 from quartzlite.redact import MASK, bounded, clip, redact
-from quartzlite.storage import migrate
+from quartzlite.storage import history, migrate
 from quartzlite.storage.auth import AuditStore, TokenStore
 from quartzlite.storage.calendars import CalendarStore
 from quartzlite.storage.engine import Database, RetryPolicy
@@ -950,13 +950,15 @@ class SchedulerClient:
 
     def prune_history(self, older_than: float | str) -> Pruned:
         """Delete finished runs planned longer ago than ``older_than`` (seconds, or a
-        duration such as ``"30d"``), and deleted jobs with no runs left. Running runs
+        duration such as ``"30d"``), deleted jobs with no runs left, and webhook events
+        (with their deliveries) that happened before the same cut-off. Running runs
         and live jobs are never touched. Nodes do this themselves every hour when
         ``history_retention_s`` is set."""
         return self._audited(
             "history.prune", lambda: self._prune_history(older_than),
             details=lambda: {"older_than": _short(older_than)},
-            outcome=lambda p: {"runs": p.runs, "jobs": p.jobs, "before": p.before.isoformat()},
+            outcome=lambda p: {"runs": p.runs, "jobs": p.jobs, "events": p.events,
+                               "deliveries": p.deliveries, "before": p.before.isoformat()},
         )
 
     def _prune_history(self, older_than: float | str) -> Pruned:
@@ -976,7 +978,7 @@ class SchedulerClient:
             raise ValidationError("older_than", "must be at least 60 seconds (1m)")
         if seconds > MAX_RETENTION_S:
             raise ValidationError("older_than", "must be at most 100 years (36500d)")
-        return self.store.prune_history(seconds)
+        return history.prune_history(self.db, seconds)
 
     def now(self) -> datetime:
         """The database's clock."""

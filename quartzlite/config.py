@@ -167,8 +167,9 @@ class NodeConfig:
     #: when the run ends). Default 1.0.
     live_output_interval_s: float = 1.0
     #: Seconds of run history kept: a minute after start and then every hour the node
-    #: deletes finished runs planned longer ago than this, and deleted jobs with no runs
-    #: left (``quartzlite history prune`` does the same on demand). 0 keeps everything.
+    #: deletes finished runs planned longer ago than this, deleted jobs with no runs
+    #: left, and webhook events with their deliveries older than this (``quartzlite
+    #: history prune`` does the same on demand). 0 keeps everything.
     #: Default 2592000 (30 days).
     history_retention_s: float = 30 * 86400.0
     #: Seconds of API audit trail kept: pruned with the run history (a minute after

@@ -349,6 +349,10 @@ class Pruned:
     before: datetime
     #: Trigger requests (ql_requests) whose slot the job has left.
     requests: int = 0
+    #: Webhook events (ql_events) that happened before the cut-off.
+    events: int = 0
+    #: Their deliveries (ql_deliveries), whatever their status.
+    deliveries: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -549,6 +549,9 @@ SCHEMAS: dict[str, Schema] = {
     "Pruned": _object({
         "runs": {"type": "integer", "minimum": 0},
         "jobs": {"type": "integer", "minimum": 0, "description": "deleted jobs removed"},
+        "events": {"type": "integer", "minimum": 0, "description": "webhook events removed"},
+        "deliveries": {"type": "integer", "minimum": 0,
+                       "description": "their deliveries removed, whatever their status"},
         "before": INSTANT,
     }),
     "Health": _object({"status": {"type": "string", "enum": ["ok"]}}),
@@ -739,7 +742,8 @@ PATHS: dict[str, Schema] = {
     },
     "/api/v1/runs/prune": {
         "post": _op("pruneRuns", "Delete old run history (finished runs; deleted jobs with "
-                    "no runs left). Nodes also do it hourly past history_retention_s", {
+                    "no runs left; webhook events and their deliveries). Nodes also do it "
+                    "hourly past history_retention_s", {
             "200": _json(ref("Pruned"), "What was deleted"),
             **_errors(400, 401, 403, 413, 429, 503),
         }, tag="runs", body=ref("PruneInput")),

@@ -72,7 +72,8 @@ def show(run_id: str) -> Response:
 @bp.post("/runs/prune")
 def prune() -> Response:
     """Delete finished runs planned longer ago than ``older_than`` (seconds or a
-    duration such as "90d"), and deleted jobs with no runs left (admins)."""
+    duration such as "90d"), deleted jobs with no runs left, and webhook events with
+    their deliveries older than it (admins)."""
     Query(())
     body = json_object()
     unknown = sorted(set(body) - {"older_than"})
@@ -81,4 +82,5 @@ def prune() -> Response:
     if "older_than" not in body:
         raise ValidationError("older_than", "is required, e.g. \"90d\"")
     pruned = get_client().prune_history(body["older_than"])
-    return jsonify({"runs": pruned.runs, "jobs": pruned.jobs, "before": codec.iso(pruned.before)})
+    return jsonify({"runs": pruned.runs, "jobs": pruned.jobs, "events": pruned.events,
+                    "deliveries": pruned.deliveries, "before": codec.iso(pruned.before)})

@@ -49,6 +49,9 @@ class EndedSlot:
     slot_at: datetime
     planned_at: datetime
     status: RunStatus
+    #: The ending run's parameters (stored JSON; None: none): its downstream runs get
+    #: them too (a backfill date goes down the chain).
+    params: str | None = None
 
 
 def ends_slot(slot_at: datetime, next_slot_at: datetime | None, next_fire_at: datetime | None) -> bool:
@@ -244,7 +247,7 @@ def request_downstream(conn: Connection, ended: Sequence[EndedSlot], now: dateti
             if e.job_name in named and condition.matches(e.status):
                 values.append({
                     "job_id": job["id"], "slot_at": rows.to_db(e.slot_at),
-                    "planned_at": rows.to_db(e.planned_at), "params": None,
+                    "planned_at": rows.to_db(e.planned_at), "params": e.params,
                     "cause": UPSTREAM_CAUSE, "upstream_run_id": e.run_id,
                     "created_at": rows.to_db(now), "taken_at": None,
                 })

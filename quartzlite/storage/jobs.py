@@ -633,7 +633,7 @@ class JobStore:
         old = rows.spec_from_row(existing)
         self._refuse_lane_change(conn, existing, old, spec)
         values: dict[str, Any] = {**rows.spec_values(spec), "updated_at": func.now(6)}
-        if spec.lanes:
+        if spec.lanes or old.lanes:
             values["saturated"] = False  # the next scan looks at its lanes again
         if not spec.paused:
             values["error"] = None  # a quarantined job is given another chance

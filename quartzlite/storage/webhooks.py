@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -370,18 +370,18 @@ class WebhookStore:
         return self.db.transaction(tx, name="test_webhook")
 
     def prune(
-        self, older_than_s: float, *, batch: int = PRUNE_BATCH, stop: threading.Event | None = None
+        self, before: datetime, *, batch: int = PRUNE_BATCH, stop: threading.Event | None = None
     ) -> tuple[int, int]:
-        """Delete events that happened more than ``older_than_s`` ago (database clock),
+        """Delete events that happened before the cut-off ``before`` (UTC, from the
+        database clock: the run history's, see :func:`quartzlite.storage.history.prune_history`),
         with their deliveries whatever their status: (events, deliveries). Autocommitted
         statements in batches of the oldest events: an interrupted pass leaves whole
         batches deleted (a batch's deliveries go before its events), the next goes on."""
-        with self.db.connect() as conn:
-            before = rows.to_db(db_now(conn) - timedelta(seconds=older_than_s))
+        cutoff = rows.to_db(before)
 
         def one_batch(conn: Connection) -> tuple[int, int]:
             ids = [r[0] for r in conn.execute(
-                select(events.c.id).where(events.c.occurred_at < before)
+                select(events.c.id).where(events.c.occurred_at < cutoff)
                 .order_by(events.c.occurred_at).limit(batch)
             )]
             if not ids:

@@ -393,6 +393,25 @@ def test_a_deleted_downstream_job_drops_its_requests(
     assert requests_of(db_url) == []
 
 
+def test_a_triggered_slot_gives_its_parameters_down_the_chain(
+    client: SchedulerClient, store: NodeStore
+) -> None:
+    client.add_job(manual("a"))
+    client.add_job(manual("b", "a"))
+    client.add_job(manual("c", "b", upstream_on="completion"))
+    client.trigger_job("a", params={"day": "2026-11-01", "dry_run": True})
+    (a,) = fire_due(store)
+    finish(store, client, a)
+    (b,) = fire_due(store)
+    assert b.params == {"day": "2026-11-01", "dry_run": True}
+    finish(store, client, b, status=RunStatus.FAILED)
+    (c,) = fire_due(store)
+    assert c.params == b.params
+    finish(store, client, c)
+    assert {r.job_name: r.params for r in client.list_runs().items} == {
+        "a": b.params, "b": b.params, "c": b.params}
+
+
 def test_a_request_found_late_fires_at_its_planned_instant(
     client: SchedulerClient, store: NodeStore, db_url: str
 ) -> None:

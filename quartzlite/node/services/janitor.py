@@ -8,8 +8,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from quartzlite.node.services.base import NodeService
+from quartzlite.storage.history import prune_history
 from quartzlite.storage.jobs import JobStore
-from quartzlite.storage.webhooks import WebhookStore
 
 if TYPE_CHECKING:
     from quartzlite.node.node import Node
@@ -42,18 +42,18 @@ class Janitor(NodeService):
             return None
         store = JobStore(node.db)
         if node.config.history_retention_s:
-            pruned = store.prune_history(node.config.history_retention_s, stop=node.fenced)
+            # The same pass as `quartzlite history prune`: webhook events and their
+            # delivery log go with the run history.
+            pruned = prune_history(node.db, node.config.history_retention_s, stop=node.fenced)
             if pruned.runs or pruned.jobs:
                 log.info(
                     "pruned history before %s: %d run(s), %d deleted job(s)",
                     pruned.before.isoformat(), pruned.runs, pruned.jobs,
                     extra={"action": "history_pruned"},
                 )
-            # Webhook events and their delivery log go with the run history.
-            events, sent = WebhookStore(node.db).prune(
-                node.config.history_retention_s, stop=node.fenced)
-            if events or sent:
-                log.info("pruned %d webhook event(s) and %d delivery(ies)", events, sent,
+            if pruned.events or pruned.deliveries:
+                log.info("pruned %d webhook event(s) and %d delivery(ies)",
+                         pruned.events, pruned.deliveries,
                          extra={"action": "webhook_events_pruned"})
         if node.config.audit_retention_s:
             entries, before = store.prune_audit(node.config.audit_retention_s, stop=node.fenced)

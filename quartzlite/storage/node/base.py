@@ -18,7 +18,7 @@ from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus
 from quartzlite.errors import SchemaError
 from quartzlite.models import Calendar, Finished, JobSpec, Prepared, Reschedule
-from quartzlite.storage import rows, transitions
+from quartzlite.storage import lanes, rows, transitions
 from quartzlite.storage.engine import Database
 from quartzlite.storage.jobs import read_all
 from quartzlite.storage.tables import jobs, locks, runs, sessions
@@ -326,6 +326,7 @@ class StoreBase:
             reason = f"quarantined: the scheduler could not plan this job ({error!r}); it is paused"
             log.error("job %s %s", name, reason, extra={"action": "quarantined", "job": name})
             transitions.quarantine(conn, job_id=job_id, fire_id=fire_id, reason=reason, now=now)
+            lanes.sync(conn, job_id)  # a concurrent or broadcast job's lanes pause too
             conn.execute(insert(runs).prefix_with("IGNORE").values(
                 job_id=job_id, job_name=name, fire_id=None, planned_at=rows.to_db(now),
                 slot_at=rows.to_db(now), attempt=1, session_id=None, node=self.node_name,

@@ -198,7 +198,8 @@ class Recovery(StoreBase):
                 poisoned.append((row, error))
                 continue
             run = conn.execute(
-                select(runs.c.id, runs.c.slot_at, runs.c.attempt, runs.c.planned_at).where(
+                select(runs.c.id, runs.c.slot_at, runs.c.attempt, runs.c.planned_at,
+                       runs.c.params).where(
                     runs.c.job_id == (row["parent_id"] or row["id"]),  # a lane's: its job's
                     runs.c.fire_id == row["fire_id"],
                 ).limit(1)
@@ -243,7 +244,7 @@ class Recovery(StoreBase):
             ):
                 ended.append(EndedSlot(job_name=spec.name, run_id=run.id, slot_at=slot_at,
                                        planned_at=utc(run.planned_at),
-                                       status=RunStatus.ABANDONED))
+                                       status=RunStatus.ABANDONED, params=run.params))
             transitions.abandon(conn, job_id=row["id"], fire_id=row["fire_id"],
                                 planned_at=plan.planned_at, slot_at=plan.slot_at, attempt=plan.attempt,
                                 runs_done=runs_done)
