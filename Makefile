@@ -65,14 +65,14 @@ schema-sql: venv
 	$(PY) scripts/gen_schema_sql.py
 
 # The fault suite's long variants (more kills, more cut commits, more racing writes,
-# minutes-long jobs, more SIGKILLs of the node that ran a chain's first link). Their quick
-# variants run in `make test`.
+# minutes-long jobs, more SIGKILLs of the node that ran a chain's first link; the broadcast
+# job that loses one of its 3 nodes). Their quick variants run in `make test`.
 LONG_FAULTS := -k "repeated_sigkill or unknown_outcome or racing_writes or long_job \
-	or real_mysql_restart or dies_right_after"
+	or real_mysql_restart or dies_right_after or broadcast_job"
 
 test-faults: venv db tools
 	QUARTZLITE_FAULTS_LONG=1 $(PY) -m pytest -q tests/cluster/test_faults.py \
-		tests/cluster/test_dependencies.py $(LONG_FAULTS)
+		tests/cluster/test_dependencies.py tests/cluster/test_concurrency.py $(LONG_FAULTS)
 
 .PHONY: test-galera
 # The Galera suite (not part of `make test`): a private three-member MariaDB Galera

@@ -922,7 +922,7 @@ UI_INDEX_NOTES = [
     "listed jobs' entries), then those runs by primary key. The last-status filter is one "
     "backward dive into `ix_ql_runs_job_name` per job walked in name order, until 51 match.",
     "* Job page: the job by `uq_ql_jobs_active_name`; its last run by "
-    "`uq_ql_runs_job_planned (job_id, planned_at)` backwards (1 row); its history by "
+    "`uq_ql_runs_job_planned (job_id, planned_at, shard)` backwards (1 row); its history by "
     "`ix_ql_runs_job_name (job_name, id)` backwards, 26 rows, whether the job has ten runs or "
     "ten thousand (the busiest job here).",
     "* Runs: the primary key backwards, 51 rows; with a status, the same walk skipping the "
