@@ -25,6 +25,7 @@ from quartzlite.enums import SUBSCRIBABLE_EVENTS, AuditSource, DeliveryStatus, R
 from quartzlite.errors import QuartzliteError, ValidationError
 from quartzlite.models import Calendar, Job, Run, Webhook
 from quartzlite.redact import SafeFormatter, escape_controls
+from quartzlite.validation import parse_params
 
 log = logging.getLogger("quartzlite.cli")
 
@@ -422,14 +423,7 @@ _control("kill", "kill_job", "kill requested")
 @click.pass_context
 def job_trigger(ctx: click.Context, /, name: str, params: tuple[str, ...], as_json: bool) -> None:
     """Trigger job NAME: run it now (a fresh slot), with the --param values if given."""
-    values: dict[str, str] = {}
-    for item in params:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValidationError("param", f"must be NAME=VALUE, got {item[:70]!r}")
-        if key in values:
-            raise ValidationError(f"params.{key}", "given more than once")
-        values[key] = value
+    values = parse_params(params, "param")
     _print_job(_client(ctx).trigger_job(name, values or None), as_json, "triggered")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from quartzlite.errors import ValidationError
@@ -124,6 +125,22 @@ def validate_callable(target: str) -> str:
     if not CALLABLE_RE.fullmatch(target):
         raise ValidationError("callable", f"must look like package.module:function, got {target!r}")
     return target
+
+
+def parse_params(items: Iterable[str], field: str = "param") -> dict[str, str]:
+    """``NAME=VALUE`` texts as string parameters (the CLI's repeated ``--param``, the
+    dashboard's lines): the value is everything after the first ``=``, maybe empty. An
+    item without ``=`` is refused naming ``field``, a name given twice naming
+    ``params.NAME``; the names and values are left to :func:`validate_params`."""
+    values: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValidationError(field, f"must be NAME=VALUE, got {item[:70]!r}")
+        if key in values:
+            raise ValidationError(f"params.{key}", "given more than once")
+        values[key] = value
+    return values
 
 
 def validate_params(value: object, field: str = "params") -> dict[str, Any]:

@@ -6,13 +6,14 @@ same pages in Chromium with a running node."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import update
+from sqlalchemy import text, update
 from werkzeug.test import TestResponse
 
 from quartzlite.api.ui import CONTENT_SECURITY_POLICY
@@ -182,7 +183,8 @@ def test_viewers_see_every_page_but_no_write_control_and_their_writes_are_refuse
         page = viewer_ui.get(path)
         assert page.status_code == 200, path
         for control in ('id="trigger"', 'id="pause"', 'id="resume"', 'id="kill"', 'id="delete"',
-                        'id="edit"', 'id="new-job"', 'class="kill', 'id="nav-audit"'):
+                        'id="edit"', 'id="new-job"', 'class="kill', 'id="nav-audit"',
+                        'id="params"'):
             assert control not in page.text, (path, control)
     for path in ("/ui/jobs/new", "/ui/job/looked-at/edit", "/ui/job/looked-at/delete", "/ui/audit"):
         assert viewer_ui.get(path).status_code == 403, path
@@ -307,6 +309,41 @@ def test_actions_flash_their_outcome_and_conflicts_answer_409(
     deleted = admin.post("/ui/job/acted/delete")
     assert deleted.headers["Location"] == "/ui/jobs?done=deleted"
     assert admin.get("/ui/job/acted").status_code == 404
+
+
+def test_trigger_with_parameters_records_them_and_bad_ones_are_shown_next_to_the_field(
+    admin: Browser, client: SchedulerClient, rows: Rows
+) -> None:
+    client.add_job(job_body("with-params"))
+    page = admin.get("/ui/job/with-params").text
+    assert 'id="trigger-form"' in page
+    assert 'id="params" name="params" form="trigger-form"' in page
+
+    def requested() -> list[object]:
+        with rows.engine.connect() as conn:
+            return [json.loads(r[0]) if r[0] else None
+                    for r in conn.execute(text("SELECT params FROM ql_requests"))]
+
+    bad = admin.post("/ui/job/with-params/trigger", {"params": "month=2026-01\nbad-name=1"})
+    assert bad.status_code == 400
+    error = re.search(r'<small id="error-params" class="error" role="alert">([^<]*)</small>',
+                      bad.text)
+    assert error is not None, bad.text
+    assert error.group(1).startswith("params: parameter name &#39;bad-name&#39; must be")
+    assert 'aria-invalid="true"' in bad.text
+    assert ">month=2026-01\nbad-name=1</textarea>" in bad.text  # kept, to be corrected
+    for lines, field in (("who", "params"), ("a=1\na=2", "params.a"), ("x=\0", "params.x")):
+        refused = admin.post("/ui/job/with-params/trigger", {"params": lines})
+        assert refused.status_code == 400, lines
+        assert f'role="alert">{field}: ' in refused.text, lines
+    assert requested() == []
+
+    done = admin.post("/ui/job/with-params/trigger",
+                      {"params": "month=2026-01\r\n\n  \nnote=a=b \n"})
+    assert done.headers["Location"] == "/ui/job/with-params?done=triggered"
+    assert requested() == [{"month": "2026-01", "note": "a=b "}]
+    (entry, *_) = client.list_audit(job="with-params", limit=1).items
+    assert (entry.action, entry.source.value) == ("ui.job_action", "ui")
 
 
 def test_dashboard_writes_are_in_the_audit_trail_without_secrets(

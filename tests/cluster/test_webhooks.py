@@ -6,11 +6,13 @@ receiver (http.server in a thread) that fails the first attempt of half the deli
 Every event reaches the receiver (a failing shell job, a timed-out job, missed slots, a
 job that recovered after a failure), signed; a delivery is repeated only after an attempt
 that failed or timed out, always with the same delivery id and body; deliveries made
-while the receiver was down go out once it is back."""
+while the receiver was down go out once it is back. A node killed with SIGKILL is
+expired by its peer, which delivers node.expired naming the dead session."""
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -241,5 +243,42 @@ def test_every_event_reaches_a_flaky_receiver_signed_at_least_once(
             assert {d.id for d in log} == set(delivered(db))
             assert all(d.delivered_at is not None for d in log)
             assert datetime.now(UTC) - max(d.delivered_at for d in log if d.delivered_at) < timedelta(minutes=5)
+    finally:
+        db.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_nodes_expiry_reaches_the_receiver_signed(
+    db_url: str, client: SchedulerClient, receiver: Receiver
+) -> None:
+    receiver.flaky = False
+    _, secret = client.add_webhook({"name": "nodes", "url": receiver.url,
+                                    "events": ["node.expired"]})
+    db = Db(db_url)
+    try:
+        with nodes(db_url) as start:
+            survivor, doomed = start("survivor"), start("doomed")
+            session = wait_until(
+                lambda: db.scalar("SELECT id FROM ql_sessions WHERE pid = :pid", pid=doomed.pid),
+                timeout=30, message=f"the doomed node's session (log: {doomed.log()[-2000:]})")
+            wait_until(lambda: db.live_sessions() == 2, timeout=30,
+                       message=f"the survivor's session (log: {survivor.log()[-2000:]})")
+            doomed.signal(signal.SIGKILL)
+
+            def expiries() -> list[Request]:
+                return [r for r in receiver.snapshot() if r.event == "node.expired"
+                        and json.loads(r.body)["node"]["session"] == session]
+
+            found = wait_until(expiries, timeout=30,
+                               message=f"node.expired of {session} at the receiver "
+                                       f"(log: {survivor.log()[-3000:]})")
+            by_delivery = check_requests(found, secret)  # each signature verifies
+            assert len(by_delivery) == 1, "one event, one delivery"
+            body = json.loads(found[0].body)
+            assert (body["event"], body["job"], body["run"]) == ("node.expired", None, None)
+            assert (body["node"]["pid"], body["node"]["name"]) == (
+                doomed.pid, f"{body['node']['host']}:{doomed.pid}")
+            assert db.session_ids() == [str(
+                db.scalar("SELECT id FROM ql_sessions WHERE pid = :pid", pid=survivor.pid))]
     finally:
         db.close()

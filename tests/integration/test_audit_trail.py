@@ -81,7 +81,8 @@ def test_library_writes_are_recorded_with_the_actor_and_source_library(
     assert details["calendar.put"]["changed"] is True
     assert details["calendar.delete"] == {"name": "holidays"}
     assert details["history.prune"] == {
-        "older_than": "30d", "runs": 0, "jobs": pruned.jobs, "before": pruned.before.isoformat(),
+        "older_than": "30d", "runs": 0, "jobs": pruned.jobs, "events": 0, "deliveries": 0,
+        "before": pruned.before.isoformat(),
     }
 
 

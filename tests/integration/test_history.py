@@ -1,6 +1,7 @@
 """Pruning run history against the real database: through the client, the CLI, and a
 node's janitor. Finished runs past the cut-off go, running runs and live jobs stay,
-deleted jobs go once no run of theirs is left."""
+deleted jobs go once no run of theirs is left; webhook events past the same cut-off go
+with their deliveries."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import json
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text, update
 
 from quartzlite.client import SchedulerClient
 from quartzlite.config import NodeConfig
 from quartzlite.errors import ValidationError
 from quartzlite.node.node import Node
+from quartzlite.storage.tables import deliveries, events
 from tests.integration.dbtools import add_run, connect, job_rows, naive
 from tests.integration.test_cli import cli, fails, one_error_line
 
@@ -46,6 +48,28 @@ def plant(client: SchedulerClient, db_url: str) -> dict[str, int]:
     fresh = client.add_job({"name": "fresh-delete", "schedule": "@every 1h", "command": "true"})
     client.delete_job("fresh-delete")
     return ids | {"keep_job": keep.id, "gone_job": gone.id, "fresh_job": fresh.id}
+
+
+def plant_events(client: SchedulerClient, db_url: str) -> dict[str, set[int]]:
+    """Webhook test events, each with its delivery: two older than 30 days (one to each
+    of two subscriptions), and one 10 days old."""
+    now = client.now()
+    for name in ("ops", "pager"):
+        client.add_webhook({"name": name, "url": "http://127.0.0.1:9/", "events": ["run.failed"]})
+    old = [client.test_webhook("ops").event_id, client.test_webhook("pager").event_id]
+    recent = client.test_webhook("ops").event_id
+    with connect(db_url) as conn:
+        for event_id, days in ((old[0], 40), (old[1], 31), (recent, 10)):
+            conn.execute(update(events).where(events.c.id == event_id)
+                         .values(occurred_at=naive(now - days * DAY)))
+    return {"old": set(old), "recent": {recent}}
+
+
+def remaining_events(db_url: str) -> tuple[set[int], set[int]]:
+    """(ids of the events left, ids of the events the deliveries left belong to)"""
+    with connect(db_url) as conn:
+        return ({r[0] for r in conn.execute(select(events.c.id))},
+                {r[0] for r in conn.execute(select(deliveries.c.event_id))})
 
 
 def remaining_runs(client: SchedulerClient) -> set[int]:
@@ -99,21 +123,47 @@ def test_cli_prunes_history(client: SchedulerClient, db_url: str) -> None:
     result = cli(db_url, "history", "prune", "--older-than", "30d", "--json")
     assert result.exit_code == 0, result.stderr
     assert {k: v for k, v in json.loads(result.stdout).items() if k != "before"} == {
-        "runs": 4, "jobs": 1}
+        "runs": 4, "jobs": 1, "events": 0, "deliveries": 0}
     assert_pruned(client, db_url, ids)
     again = cli(db_url, "history", "prune", "--older-than", "30d")
     assert again.exit_code == 0, one_error_line(again.stderr)
-    assert again.stdout.startswith("pruned 0 run(s) and 0 deleted job(s) from before ")
+    assert again.stdout.startswith(
+        "pruned 0 run(s), 0 deleted job(s), 0 webhook event(s) and 0 delivery(ies) from before ")
+
+
+def test_prune_takes_old_webhook_events_with_their_deliveries(
+    client: SchedulerClient, db_url: str
+) -> None:
+    ids = plant(client, db_url)
+    planted = plant_events(client, db_url)
+    everything = planted["old"] | planted["recent"]
+    assert remaining_events(db_url) == (everything, everything)
+
+    result = cli(db_url, "history", "prune", "--older-than", "30d", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert {k: v for k, v in json.loads(result.stdout).items() if k != "before"} == {
+        "runs": 4, "jobs": 1, "events": 2, "deliveries": 2}
+    assert_pruned(client, db_url, ids)
+    assert remaining_events(db_url) == (planted["recent"], planted["recent"])
+
+    again = client.prune_history("30d")
+    assert (again.events, again.deliveries) == (0, 0)
+    assert remaining_events(db_url) == (planted["recent"], planted["recent"])
+    (entry, *_) = client.list_audit(limit=1).items
+    assert (entry.action, entry.details["events"], entry.details["deliveries"]) == (
+        "history.prune", 0, 0)
 
 
 def test_a_nodes_janitor_prunes_past_its_retention(client: SchedulerClient, db_url: str) -> None:
     ids = plant(client, db_url)
+    planted = plant_events(client, db_url)
     node = Node(NodeConfig(database_url=db_url, history_retention_s=30 * 86400))
     try:
         assert node.janitor.run_once() == node.janitor.FIRST_S  # not at start
         assert len(remaining_runs(client)) == 6
         assert node.janitor.run_once() is None  # then at its interval
         assert_pruned(client, db_url, ids)
+        assert remaining_events(db_url) == (planted["recent"], planted["recent"])
     finally:
         node.dispose_pools()
 

@@ -391,7 +391,8 @@ def test_test_deliveries_paging_delete_and_prune(
     with connect(db_url) as conn:
         conn.execute(update(events).where(events.c.id == tests[0].event_id).values(
             occurred_at=func.timestampadd(text("DAY"), -40, func.now(6))))
-    assert WebhookStore(client.db).prune(30 * 86400.0, batch=1) == (1, 1)
+    cutoff = client.now() - timedelta(days=30)
+    assert WebhookStore(client.db).prune(cutoff, batch=1) == (1, 1)
     assert len(delivery_rows(db_url)) == 2
 
     client.delete_webhook("hook")

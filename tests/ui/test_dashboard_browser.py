@@ -318,6 +318,12 @@ def test_trigger_then_kill_a_long_job(
     browser.get(job_page(ui_server, name))
     find(browser, "#job-state")
     assert not present(browser, "#kill")
+    # The parameters, outside the controls' live region, go with its Trigger button (by
+    # the form attribute), also once a refresh replaced the region.
+    type_into(browser, "#params", "who=browser\nwhen=now")
+    browser.execute_script("document.getElementById('job-controls').__old = true;")
+    wait(browser, lambda b: b.execute_script(
+        "return !document.getElementById('job-controls').__old;"), "a refresh of #job-controls")
 
     click(browser, "#trigger")
     wait_for_url(browser, rf"/ui/job/{name}")
@@ -334,6 +340,7 @@ def test_trigger_then_kill_a_long_job(
     wait(browser, lambda b: history_has(b, RunStatus.KILLED.value), "the killed run in #history")
     runs = client.list_runs(job=name).items
     assert [r.status for r in runs] == [RunStatus.KILLED]
+    assert runs[0].params == {"who": "browser", "when": "now"}
 
 
 # ---- d. pause and resume ------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The job form: its fields, and the conversion between a form and the job fields the
 client validates (the same :func:`~quartzlite.client.build_spec` as the API's). A blank
 field means the field's default; a value that is not a number where one is needed is a
-ValidationError naming the field, like every other rejection."""
+ValidationError naming the field, like every other rejection. Also the job page's
+trigger parameters (:func:`trigger_params`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from quartzlite import codec
 from quartzlite.enums import MisfirePolicy, OverrunPolicy, RecoveryPolicy, UpstreamCondition
 from quartzlite.errors import ValidationError
 from quartzlite.models import JobSpec
+from quartzlite.validation import parse_params
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +121,23 @@ def _convert(field: Field, raw: str) -> Any:
         except (ValueError, RecursionError) as error:
             raise ValidationError(field.name, f"is not valid JSON: {error}") from None
     return raw
+
+
+#: The job page's trigger parameters: a textarea of the trigger form.
+PARAMS_FIELD = "params"
+
+
+def trigger_params(text: str) -> dict[str, str] | None:
+    """The trigger form's parameters, one ``NAME=VALUE`` a line, values strings (as the
+    CLI's ``--param``; blank lines skipped); None when there are none. The client
+    validates the names and values (:func:`~quartzlite.validation.validate_params`)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return parse_params(lines, PARAMS_FIELD) or None
+
+
+def is_params_error(error: ValidationError) -> bool:
+    """Whether a rejected trigger is about its parameters (``params``, ``params.NAME``)."""
+    return error.field == PARAMS_FIELD or error.field.startswith(PARAMS_FIELD + ".")
 
 
 def from_spec(spec: JobSpec) -> dict[str, str]:

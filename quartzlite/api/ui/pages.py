@@ -123,7 +123,8 @@ def jobs() -> Rendered:
     )
 
 
-def job(name: str, *, flash: tuple[str, str] | None = None, status: int = 200) -> Rendered:
+def job(name: str, *, flash: tuple[str, str] | None = None, status: int = 200,
+        params_text: str = "", params_error: str | None = None) -> Rendered:
     client = get_client()
     view = client.describe_job(name, upcoming=UPCOMING)
     if view.job.deleted:
@@ -131,7 +132,8 @@ def job(name: str, *, flash: tuple[str, str] | None = None, status: int = 200) -
     sessions = client.cluster()
     history = client.list_runs(job=name, limit=HISTORY_SIZE, cursor=_text_arg("cursor"))
     context: dict[str, Any] = {"job": view.job, "view": view, "history": history,
-                               "node_names": _nodes_by_session(sessions)}
+                               "node_names": _nodes_by_session(sessions),
+                               "params_text": params_text, "params_error": params_error}
     if flash is not None:
         context["flash"] = flash
     return _render("ui/job.html", status, **context)
@@ -186,8 +188,14 @@ def job_delete(name: str) -> Rendered:
     return redirect(url_for("ui.jobs", done="deleted"), 303)
 
 
+def _trigger(name: str) -> object:
+    """Trigger with the form's parameters (lines of NAME=VALUE), if any."""
+    text = request.form.get(forms.PARAMS_FIELD, "")
+    return get_client().trigger_job(name, forms.trigger_params(text))
+
+
 ACTIONS: dict[str, tuple[str, Callable[[str], object]]] = {
-    "trigger": ("triggered", lambda name: get_client().trigger_job(name)),
+    "trigger": ("triggered", _trigger),
     "pause": ("paused", lambda name: get_client().pause_job(name)),
     "resume": ("resumed", lambda name: get_client().resume_job(name)),
     "kill": ("kill", lambda name: get_client().kill_job(name)),
@@ -198,10 +206,15 @@ def job_action(name: str, action: str) -> Rendered:
     if action not in ACTIONS:
         raise NotFound(f"no action {action!r}: one of {', '.join(ACTIONS)}", details={"action": action})
     done, act = ACTIONS[action]
+    params_text = request.form.get(forms.PARAMS_FIELD, "") if action == "trigger" else ""
     try:
         act(name)
     except Conflict as refused:  # e.g. trigger while it runs, kill when nothing runs
-        return job(name, flash=(refused.message, "error"), status=409)
+        return job(name, flash=(refused.message, "error"), status=409, params_text=params_text)
+    except ValidationError as rejected:  # the trigger's parameters: shown next to their field
+        if not (action == "trigger" and forms.is_params_error(rejected)):
+            raise
+        return job(name, status=400, params_text=params_text, params_error=rejected.message)
     back = session.safe_next(request.form.get("next"), url_for("ui.job", name=name))
     separator = "&" if "?" in back else "?"
     return redirect(f"{back}{separator}done={done}", 303)
