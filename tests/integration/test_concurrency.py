@@ -200,3 +200,29 @@ def test_pause_delete_and_kill_reach_the_lanes(
     assert own.parent_id is None
     client.delete_job("wide")
     assert client.list_jobs().items == []
+
+
+def test_a_dead_nodes_lane_is_rerun_by_a_peer_and_its_job_goes_on(
+    client: SchedulerClient, store: NodeStore, db_url: str
+) -> None:
+    store.register(session_id=B, host="test", pid=2, capacity=10, tags=(), version="t")
+    client.add_job({"name": "wide", "schedule": "@every 1h", "command": "true",
+                    "max_concurrency": 2})
+    due_now(client, db_url, "wide")
+    (theirs,) = fire(store, scan(store, B), B)
+    # B dies while its run executes: a peer abandons the run and reruns the slot (the
+    # recovery policy) on the same lane; the job's next slot is unaffected.
+    with connect(db_url) as conn:
+        conn.exec_driver_sql(
+            "UPDATE ql_sessions SET heartbeat_at = NOW(6) - INTERVAL 1 HOUR WHERE id = %s", (B,))
+    assert store.expire_sessions(session_id=A, session_timeout_s=60,
+                                 planner=SchedulePlanner()) == [B]
+    (rerun,) = scan(store, A)
+    assert (rerun.job_id, rerun.slot_at, rerun.attempt) == (
+        theirs.prepared.job_id, theirs.prepared.slot_at, 2)
+    finish(store, fire(store, [rerun], A), A)
+    statuses = sorted((r.attempt, r.status.value) for r in client.list_runs(job="wide").items)
+    assert statuses == [(1, "abandoned"), (2, "succeeded")]
+    (lane,) = lanes(db_url, "wide")
+    assert (lane["state"], lane["next_fire_at"], lane["owner_session"]) == ("idle", None, None)
+    assert client.get_job("wide").next_fire_at is not None

@@ -26,7 +26,7 @@ from quartzlite.storage.node.base import (
     Scan,
     StoreBase,
 )
-from quartzlite.storage.tables import jobs, locks, runs, sessions
+from quartzlite.storage.tables import jobs, runs, sessions
 from quartzlite.storage.webhooks import record_run_events
 
 log = logging.getLogger("quartzlite.storage.node")
@@ -167,7 +167,6 @@ class Scanning(StoreBase):
         ).all() if any(s.spec.broadcast for s in slots) else []
         ours: list[Prepared] = []
         saturated: list[int] = []
-        pinged = False
         for s in slots:
             job_id = s.row["id"]
             found = by_job[job_id]
@@ -175,9 +174,11 @@ class Scanning(StoreBase):
             if s.spec.broadcast:
                 wanted = set(s.spec.tags)
                 nodes = [sid for sid, tags in live if wanted <= set(rows.split_tags(tags))]
-                if taken or not nodes:
+                if taken:
                     saturated.append(job_id)
                     continue
+                if not nodes:
+                    continue  # (we match its tags, so never: no node to give it to yet)
                 free = {lane["pinned_session"]: lane["id"] for lane in found}
                 given = [(free.pop(sid, None) or lanes.create(conn, job_id, sid, now), sid)
                          for sid in nodes]
@@ -208,6 +209,8 @@ class Scanning(StoreBase):
                             next_slot_at=rows.to_db(s.slot_at), next_attempt=s.attempt,
                             shard=None if total is None else index, shard_total=total)
                 )
+                # Another node's lane: its watch finds it due (the earliest due job it
+                # may run) and wakes its scanner.
                 if pinned is None or pinned == session_id:
                     ours.append(Prepared(
                         job_id=lane_id, name=s.spec.name, fire_id=f"{fire_prefix}{lane_id}",
@@ -215,8 +218,6 @@ class Scanning(StoreBase):
                         spec=s.spec, parent_id=job_id,
                         shard=None if total is None else Shard(index=index, total=total),
                     ))
-                else:
-                    pinged = True
             missed.extend(self._missed_rows(job_id, s.spec.name, plan))
             full = s.spec.broadcast or len(taken) + 1 >= s.spec.max_concurrency
             conn.execute(
@@ -228,10 +229,6 @@ class Scanning(StoreBase):
             )
         if saturated:
             conn.execute(update(jobs).where(jobs.c.id.in_(saturated)).values(saturated=True))
-        if pinged:
-            # Other nodes' watches see the version move and scan for their lanes.
-            conn.execute(update(locks).where(locks.c.name == "job")
-                         .values(version=locks.c.version + 1))
         return ours
 
     def _adopt(
