@@ -49,8 +49,10 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
+# pytest as two processes at once: the tests marked `cluster` (one at a time, as ever) and
+# the others (scripts/test-in-two.sh); TEST_SERIAL=1 runs one process.
 test: venv db tools lint typecheck
-	$(PY) -m pytest -q
+	@PY=$(PY) TEST_SERIAL=$(TEST_SERIAL) ./scripts/test-in-two.sh
 
 unit: venv
 	$(PY) -m pytest -q tests/unit

@@ -143,7 +143,9 @@ def test_a_node_frozen_past_fence_after_fences_on_waking_and_its_kill_is_no_fail
         frozen.signal(signal.SIGCONT)
         assert frozen.wait(30) == 3, frozen.log()[-3000:]
         assert "FENCED" in frozen.log()
-        peer = start("peer", flags=["--tag", "f"])
+        # Its attempt 2 (sleep 300) is still running when the peer is stopped: a short
+        # grace kills it at once instead of after FAST's 10 s (recorded killed either way).
+        peer = start("peer", flags=["--tag", "f"], options={"shutdown-grace-s": "1"})
         wait_until(lambda: child.exists() and child.read_text().strip(), timeout=60,
                    message="the slot ran again (attempt 2)")
         stop_all([peer])

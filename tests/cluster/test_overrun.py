@@ -26,7 +26,9 @@ def test_an_every_second_job_running_2_5_s_skips_the_ticks_it_overran(
     db = Db(db_url)
     succeeded = "SELECT COUNT(*) FROM ql_runs WHERE job_name='overrun' AND status='succeeded'"
     with nodes(db_url) as start:
-        node = start("n")
+        # Stopped while a run sleeps: no grace (the run is killed, after the three
+        # checked) instead of waiting up to 2.5 s for it.
+        node = start("n", options={"shutdown-grace-s": "0"})
         wait_until(lambda: db.live_sessions() == 1, timeout=60, message="the node's session")
         created = client.add_job({"name": "overrun", "schedule": "@every 1s", "command": "sleep 2.5"})
         assert created.spec.overrun_policy is OverrunPolicy.SKIP, "the default for new jobs"

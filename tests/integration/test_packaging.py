@@ -78,8 +78,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     (wheel,) = dist.glob("quartzlite-*.whl")
 
     venv = base / "venv"
-    run([sys.executable, "-m", "venv", venv], cwd=base)
-    run([venv / "bin" / "python", "-m", "pip", "install", "-q", wheel], cwd=base)
+    # No pip of its own (ensurepip takes seconds): this venv's pip installs into it.
+    run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=base)
+    run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", wheel],
+        cwd=base)
     return Installed(wheel=wheel, venv=venv)
 
 
