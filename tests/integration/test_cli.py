@@ -42,6 +42,15 @@ def ok(url: str, *args: str, input: str | None = None) -> str:
     return result.stdout
 
 
+def show(url: str, name: str) -> dict[str, str]:
+    """``job show NAME`` as {key: value}."""
+    found = {}
+    for line in ok(url, "job", "show", name).splitlines():
+        key, _, value = line.partition(": ")
+        found[key.strip()] = value.strip()
+    return found
+
+
 def fails(url: str, *args: str, code: int) -> str:
     """Run a command that must fail with exit ``code`` and one ``Error:`` line; return it."""
     result = cli(url, *args)

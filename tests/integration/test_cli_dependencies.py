@@ -9,18 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.integration.dbtools import add_run, connect, job_rows
-from tests.integration.test_cli import fails, ok
+from tests.integration.test_cli import fails, ok, show
 
 pytestmark = pytest.mark.db
-
-
-def show(url: str, name: str) -> dict[str, str]:
-    """``job show NAME`` as {key: value}."""
-    found = {}
-    for line in ok(url, "job", "show", name).splitlines():
-        key, _, value = line.partition(": ")
-        found[key.strip()] = value.strip()
-    return found
 
 
 def test_a_chain_is_written_and_shown(db_url: str) -> None:

@@ -12,20 +12,11 @@ from sqlalchemy import update
 
 from quartzlite.storage.tables import runs
 from tests.integration.dbtools import add_run, connect, job_rows
-from tests.integration.test_cli import cli, fails, ok
+from tests.integration.test_cli import cli, fails, ok, show
 
 pytestmark = pytest.mark.db
 
 JOB = ("--schedule", "@every 1h", "--command", "true")
-
-
-def show(url: str, name: str) -> dict[str, str]:
-    """``job show NAME`` as {key: value}."""
-    found = {}
-    for line in ok(url, "job", "show", name).splitlines():
-        key, _, value = line.partition(": ")
-        found[key.strip()] = value.strip()
-    return found
 
 
 def test_the_options_on_add_put_and_update_and_job_show(db_url: str) -> None:

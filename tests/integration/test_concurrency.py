@@ -60,12 +60,17 @@ def due_now(client: SchedulerClient, url: str, name: str) -> None:
     set_job(url, name, next_fire_at=naive(at), next_slot_at=naive(at))
 
 
+def wide_job_due(client: SchedulerClient, url: str) -> None:
+    """Job ``wide``: every second, 2 runs at once, its first slot due."""
+    client.add_job({"name": "wide", "schedule": "@every 1s", "command": "true",
+                    "max_concurrency": 2})
+    due_now(client, url, "wide")
+
+
 def test_a_concurrent_job_runs_up_to_max_concurrency_slots_at_once_each_once(
     client: SchedulerClient, store: NodeStore, db_url: str
 ) -> None:
-    client.add_job({"name": "wide", "schedule": "@every 1s", "command": "true",
-                    "max_concurrency": 2})
-    due_now(client, db_url, "wide")
+    wide_job_due(client, db_url)
 
     first = scan(store)
     assert [(p.name, p.parent_id is not None, p.shard) for p in first] == [("wide", True, None)]
@@ -174,9 +179,7 @@ def test_broadcast_gives_each_live_node_one_shard_and_forgets_a_node_that_left(
 def test_pause_delete_and_kill_reach_the_lanes(
     client: SchedulerClient, store: NodeStore, db_url: str
 ) -> None:
-    client.add_job({"name": "wide", "schedule": "@every 1s", "command": "true",
-                    "max_concurrency": 2})
-    due_now(client, db_url, "wide")
+    wide_job_due(client, db_url)
     fired = fire(store, scan(store)) + fire(store, scan(store))
     prepared = [f.prepared for f in fired]
     assert store.start_check(A, prepared).stopped == {}
