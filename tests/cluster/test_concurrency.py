@@ -50,14 +50,17 @@ def test_a_broadcast_job_runs_once_per_live_node_per_slot_and_on_the_survivors_a
     db_url: str, client: SchedulerClient, tmp_path: Path
 ) -> None:
     log = tmp_path / "spans.log"
-    client.add_job({"name": "fan", "schedule": "*/2 * * * * ?", "broadcast": True,
-                    "callable": "tests.cluster.jobs:shard_span", "kwargs": {"path": str(log)}})
-    client.add_job({"name": "fan-sh", "schedule": "*/2 * * * * ?", "broadcast": True,
-                    "command": 'echo "$QUARTZLITE_SHARD_INDEX/$QUARTZLITE_SHARD_TOTAL"'})
     db = Db(db_url)
     with nodes(db_url) as start:
         live = [start(f"n{i}") for i in range(3)]
         wait_until(lambda: db.live_sessions() == 3, timeout=60, message="3 sessions")
+        # Added once all 3 are up: a slot given out while one was still starting would
+        # go to fewer nodes.
+        client.add_job({"name": "fan", "schedule": "*/2 * * * * ?", "broadcast": True,
+                        "callable": "tests.cluster.jobs:shard_span",
+                        "kwargs": {"path": str(log)}})
+        client.add_job({"name": "fan-sh", "schedule": "*/2 * * * * ?", "broadcast": True,
+                        "command": 'echo "$QUARTZLITE_SHARD_INDEX/$QUARTZLITE_SHARD_TOTAL"'})
         wait_until(lambda: full_slots(db, "fan", 3) >= 3, timeout=90, interval=0.2,
                    message="3 slots run by 3 shards each")
         victim = live.pop(0)
