@@ -229,3 +229,16 @@ def test_a_dead_nodes_lane_is_rerun_by_a_peer_and_its_job_goes_on(
     (lane,) = lanes(db_url, "wide")
     assert (lane["state"], lane["next_fire_at"], lane["owner_session"]) == ("idle", None, None)
     assert client.get_job("wide").next_fire_at is not None
+
+
+def test_every_shard_of_a_triggered_broadcast_slot_gets_its_parameters(
+    client: SchedulerClient, store: NodeStore
+) -> None:
+    store.register(session_id=B, host="test", pid=2, capacity=10, tags=(), version="t")
+    client.add_job({"name": "fan", "schedule": "@manual", "command": "true", "broadcast": True})
+    client.trigger_job("fan", params={"day": "2026-11-01"})
+    fired = fire(store, scan(store, A), A) + fire(store, scan(store, B), B)
+    assert sorted(f.prepared.shard.index for f in fired if f.prepared.shard) == [0, 1]
+    assert [f.params for f in fired] == [{"day": "2026-11-01"}] * 2
+    runs = client.list_runs(job="fan").items
+    assert [r.params for r in runs] == [{"day": "2026-11-01"}] * 2
