@@ -185,7 +185,12 @@ class ApiServer:
             return
         # Closing a listener (in the loop's thread, through its trigger) closes the
         # trigger too; the loop then runs on while connections remain.
-        self._trigger().pull_trigger(self._close_listeners)
+        try:
+            self._trigger().pull_trigger(self._close_listeners)
+        except (OSError, StopIteration):
+            # Its trigger is closed already (seen on a loaded machine: EBADF): the loop
+            # is ending; close the listeners from here.
+            self._close_listeners()
         dispatcher = self._server.task_dispatcher
         deadline = time.monotonic() + grace_s
         idle = threading.Event()  # never set: a bounded, interruptible poll

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,11 +26,12 @@ from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.elements import ColumnElement
 
+from quartzlite.clock import utc
 from quartzlite.enums import JobState, RunStatus, UpstreamCondition
 from quartzlite.errors import Conflict, ValidationError
 from quartzlite.models import MANUAL_SCHEDULE
 from quartzlite.storage import rows
-from quartzlite.storage.tables import jobs, requests
+from quartzlite.storage.tables import jobs, requests, runs
 
 log = logging.getLogger("quartzlite.storage")
 
@@ -47,11 +48,16 @@ class EndedSlot:
     job_name: str
     run_id: int
     slot_at: datetime
+    #: The planned instant of the run that ended the slot (a retry's or a rerun's is
+    #: later than the slot's own: the request takes the slot's first, see
+    #: :func:`request_downstream`).
     planned_at: datetime
     status: RunStatus
     #: The ending run's parameters (stored JSON; None: none): its downstream runs get
     #: them too (a backfill date goes down the chain).
     params: str | None = None
+    #: The id its run rows carry (None: planned at ``planned_at``, taken as it is).
+    job_id: int | None = None
 
 
 def ends_slot(slot_at: datetime, next_slot_at: datetime | None, next_fire_at: datetime | None) -> bool:
@@ -234,6 +240,7 @@ def request_downstream(conn: Connection, ended: Sequence[EndedSlot], now: dateti
     Returns the requests written (or found written)."""
     if not ended:
         return 0
+    ended = [_first_planned(conn, e) for e in ended]
     values: list[dict[str, Any]] = []
     for job in downstream_of(conn, [e.job_name for e in ended]):
         try:
@@ -256,6 +263,23 @@ def request_downstream(conn: Connection, ended: Sequence[EndedSlot], now: dateti
         values.sort(key=lambda v: (v["job_id"], v["slot_at"]))
         conn.execute(insert(requests).prefix_with("IGNORE"), values)
     return len(values)
+
+
+def _first_planned(conn: Connection, e: EndedSlot) -> EndedSlot:
+    """The slot as first planned: a retry or a rerun ended it, planned later than the
+    slot's first run, whose instant the downstream runs take. Every run of a slot is
+    planned at or after the slot, so one range of the run key (job, planned instant)
+    from the slot to this run holds them (only the runs of the job planned in between)."""
+    if e.job_id is None or e.planned_at == e.slot_at:
+        return e
+    first = conn.execute(
+        select(func.min(runs.c.planned_at)).where(
+            runs.c.job_id == e.job_id, runs.c.planned_at >= rows.to_db(e.slot_at),
+            runs.c.planned_at <= rows.to_db(e.planned_at),
+            runs.c.slot_at == rows.to_db(e.slot_at),
+        )
+    ).scalar()
+    return e if first is None else replace(e, planned_at=utc(first))
 
 
 def _oldest_pending() -> Any:

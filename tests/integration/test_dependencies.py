@@ -320,7 +320,8 @@ def test_the_conditions(
         finish(store, client, retry, status=status)
         assert {r["job"] for r in requests_of(db_url)} == {"on-failure", "on-completion"}
         assert {r["upstream_run_id"] for r in requests_of(db_url)} == {retry.run_id}
-        assert {r["planned_at"] for r in requests_of(db_url)} == {naive(retry.prepared.planned_at)}
+        # The slot's planned instant: its first run's, not the retry's.
+        assert {r["planned_at"] for r in requests_of(db_url)} == {naive(a.prepared.planned_at)}
         assert {r["slot_at"] for r in requests_of(db_url)} == {naive(a.prepared.slot_at)}
 
 
@@ -410,6 +411,24 @@ def test_a_triggered_slot_gives_its_parameters_down_the_chain(
     finish(store, client, c)
     assert {r.job_name: r.params for r in client.list_runs().items} == {
         "a": b.params, "b": b.params, "c": b.params}
+
+
+def test_a_slot_ended_by_a_retry_gives_its_first_planned_instant_downstream(
+    client: SchedulerClient, store: NodeStore
+) -> None:
+    """The downstream run has the upstream slot's planned instant, not its retry's."""
+    client.add_job(manual("a", max_attempts=2, retry_backoff_s=0.001))
+    client.add_job(manual("b", "a"))
+    client.trigger_job("a")
+    (a,) = fire_due(store)
+    finish(store, client, a, status=RunStatus.FAILED)
+    (retry,) = fire_due(store)
+    assert (retry.prepared.attempt, retry.prepared.slot_at) == (2, a.prepared.slot_at)
+    assert retry.prepared.planned_at > a.prepared.planned_at
+    finish(store, client, retry)
+    (b,) = fire_due(store)
+    assert (b.prepared.slot_at, b.prepared.planned_at) == (a.prepared.slot_at,
+                                                           a.prepared.planned_at)
 
 
 def test_a_request_found_late_fires_at_its_planned_instant(

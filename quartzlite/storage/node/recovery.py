@@ -244,7 +244,8 @@ class Recovery(StoreBase):
             ):
                 ended.append(EndedSlot(job_name=spec.name, run_id=run.id, slot_at=slot_at,
                                        planned_at=utc(run.planned_at),
-                                       status=RunStatus.ABANDONED, params=run.params))
+                                       status=RunStatus.ABANDONED, params=run.params,
+                                       job_id=row["parent_id"] or row["id"]))
             transitions.abandon(conn, job_id=row["id"], fire_id=row["fire_id"],
                                 planned_at=plan.planned_at, slot_at=plan.slot_at, attempt=plan.attempt,
                                 runs_done=runs_done)

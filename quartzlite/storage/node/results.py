@@ -132,7 +132,7 @@ class Results(StoreBase):
                 if job_row["has_downstream"] and ends_slot(p.slot_at, plan.slot_at, plan.planned_at):
                     ended.append(EndedSlot(job_name=spec.name, run_id=item.fired.run_id,
                                            slot_at=p.slot_at, planned_at=p.planned_at,
-                                           status=status,
+                                           status=status, job_id=p.run_job_id,
                                            params=rows.params_to_db(item.fired.params)))
                 if status is RunStatus.SUCCEEDED and row["last_outcome"] in FAILURES:
                     recovered.append(item.fired.run_id)
