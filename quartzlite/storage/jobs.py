@@ -507,7 +507,7 @@ class JobStore:
         def tx(t: Tx) -> Job:
             take_job_lock(t.conn)
             existing = self._row(t.conn, name, lock=True)
-            if existing["max_concurrency"] > 1 or existing["broadcast"]:
+            if rows.spec_from_row(existing).lanes:
                 # Its runs are its lanes': every one running is killed.
                 killed = t.conn.execute(
                     update(jobs)

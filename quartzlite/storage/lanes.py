@@ -93,11 +93,8 @@ def create(conn: Connection, parent_id: int, pinned_session: str | None, now: da
     source = select(*[
         jobs.c[n] if n in SYNCED else _literal(n, overrides[n]) for n in names
     ]).where(jobs.c.id == parent_id)
-    result = conn.execute(insert(jobs).from_select(names, source))
-    key = result.inserted_primary_key
-    if key is None or key[0] is None:  # PyMySQL: INSERT ... SELECT reports lastrowid
-        return int(result.lastrowid)
-    return int(key[0])
+    # One row inserted: the driver reports its id.
+    return int(conn.execute(insert(jobs).from_select(names, source)).lastrowid)
 
 
 def _literal(name: str, value: Any) -> Any:

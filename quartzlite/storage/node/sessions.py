@@ -94,9 +94,10 @@ class Sessions(StoreBase):
             .where(jobs.c.owner_session.is_not(None), sessions.c.id.is_(None))
             .scalar_subquery()
         )
-        # Broadcast lanes left pinned to a node that is gone (the expirer forgets them).
+        # Whether a broadcast lane is left pinned to a node that is gone (the expirer
+        # forgets them): one row at most, however many lanes there are.
         orphan_lanes = select(func.count()).select_from(
-            lanes.orphan_lanes().subquery()).scalar_subquery()
+            lanes.orphan_lanes().limit(1).subquery()).scalar_subquery()
         owned = (
             select(func.count())
             .select_from(jobs)
